@@ -1,0 +1,62 @@
+"""`python -m xpdist [overrides]` and the `xpdist` console script.
+
+This process composes and checks the config, records the run in MLflow and starts the
+task process(es); it never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from xpdist import job, launch, sweep
+from xpdist.config import register_configs
+
+
+class _State:
+    exit_code = 0
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> job.JobResult:
+    hc = HydraConfig.get()
+    multirun = hc.mode == RunMode.MULTIRUN
+    ctx = job.JobContext(launch_dir=Path(hc.runtime.cwd), job_dir=Path(hc.runtime.output_dir),
+                         overrides=list(hc.overrides.task))
+    if multirun:
+        sweep.join(ctx, hc)
+    try:
+        result = job.run(cfg, ctx)
+    except launch.Interrupted as err:
+        if multirun:
+            sweep.interrupted(ctx, str(err))
+        print(f"xpdist: interrupted by {err}; run closed as KILLED", file=sys.stderr)
+        sys.exit(130)
+    if result.status == "REJECTED":
+        print(f"xpdist: error: {result.error}", file=sys.stderr)
+    elif not multirun:
+        job.print_summary(result, ctx.tracking_uri or _uri(cfg, ctx))
+    if not result.ok:
+        _State.exit_code = 2 if result.status == "REJECTED" else 1
+    return result
+
+
+def _uri(cfg: DictConfig, ctx: job.JobContext) -> str:
+    from xpdist import tracking
+
+    return tracking.resolve_uri(cfg.tracking.uri, ctx.launch_dir)
+
+
+def cli() -> None:
+    register_configs()
+    main()
+    sys.exit(max(_State.exit_code, sweep.exit_code()))
+
+
+if __name__ == "__main__":
+    cli()

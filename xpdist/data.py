@@ -1,0 +1,126 @@
+"""Data sets (`dataset` options) and the tf.data pipelines that feed them to replicas.
+
+Loaders return NumPy arrays; the pipelines batch them so that every replica's batch is
+equal, shuffle with the run's seed, and prefetch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Tuple
+
+import numpy as np
+
+from xpdist.plan import Plan, resolve_path
+from xpdist.registry import Registry
+
+DATASETS = Registry("dataset")
+
+
+@dataclass
+class Arrays:
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_val: np.ndarray
+    y_val: np.ndarray
+    # regression or classification: decides the loss and metrics.
+    kind: str
+    num_outputs: int
+
+    @property
+    def input_shape(self) -> Tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+
+@DATASETS.register("synthetic_regression")
+def _synthetic_regression(cfg, rng, launch_dir):
+    ds = cfg.dataset
+    x = 1.0 + ds.noise * rng.standard_normal((ds.num_examples, ds.num_features))
+    y = x.mean(axis=1, keepdims=True) + ds.noise * rng.standard_normal((ds.num_examples, 1))
+    return x.astype("float32"), y.astype("float32")
+
+
+@DATASETS.register("synthetic_images")
+def _synthetic_images(cfg, rng, launch_dir):
+    ds = cfg.dataset
+    x = rng.random((ds.num_examples, *ds.image_shape), dtype=np.float32)
+    y = rng.integers(0, ds.num_classes, size=ds.num_examples).astype("int32")
+    return x, y
+
+
+@DATASETS.register("digits")
+def _digits(cfg, rng, launch_dir):
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    return (digits.images[..., None] / 16.0).astype("float32"), digits.target.astype("int32")
+
+
+@DATASETS.register("npz")
+def _npz(cfg, rng, launch_dir):
+    with np.load(resolve_path(cfg.dataset.path, launch_dir)) as arrays:
+        return arrays["x"].astype("float32"), arrays["y"]
+
+
+@DATASETS.register("mnist")
+def _mnist(cfg, rng, launch_dir):
+    import tensorflow as tf
+
+    try:
+        (x, y), _ = tf.keras.datasets.mnist.load_data()
+    except Exception as err:  # urllib, SSL and HTTP errors all mean "could not download"
+        raise RuntimeError(
+            f"dataset=mnist could not be downloaded ({type(err).__name__}); it needs network access. "
+            "Offline, use dataset=digits, or dataset=npz with your own copy.") from None
+    return (x[..., None] / 255.0).astype("float32"), y.astype("int32")
+
+
+def load(cfg, plan: Plan, launch_dir: Path) -> Arrays:
+    """Loads cfg.dataset, shuffles it once with the run's seed and splits off validation."""
+    rng = np.random.default_rng(cfg.seed)
+    x, y = DATASETS.get(cfg.dataset.name)(cfg, rng, launch_dir)
+    if np.issubdtype(y.dtype, np.integer):
+        kind, outputs = "classification", int(y.max()) + 1
+    else:
+        y = y.astype("float32").reshape(len(y), -1)
+        kind, outputs = "regression", int(y.shape[1])
+    order = rng.permutation(len(x))
+    x, y = x[order], y[order]
+    n_train = plan.num_train
+    return Arrays(x[:n_train], y[:n_train], x[n_train:], y[n_train:], kind, outputs)
+
+
+def _shuffled(tf, x, y, cfg, seed_offset: int = 0):
+    ds = tf.data.Dataset.from_tensor_slices((x, y))
+    buffer = cfg.dataset.shuffle_buffer or len(x)
+    return ds.shuffle(buffer, seed=cfg.seed + seed_offset, reshuffle_each_iteration=True)
+
+
+def global_batches(tf, x, y, cfg, plan: Plan, training: bool):
+    """Global batches for Model.fit; Keras splits each one across the replicas."""
+    ds = _shuffled(tf, x, y, cfg) if training else tf.data.Dataset.from_tensor_slices((x, y))
+    ds = ds.batch(plan.global_batch_size, drop_remainder=True)
+    if training:
+        ds = ds.repeat()
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def replica_batches_fn(tf, x, y, cfg, plan: Plan, training: bool):
+    """A dataset function for strategy.distribute_datasets_from_function.
+
+    Every input pipeline draws the same seeded global batches and keeps its own slice of
+    each, then splits it into per-replica batches, so that a step sees exactly the
+    examples of one global batch, whatever the number of workers and replicas.
+    """
+    def dataset_fn(context):
+        ds = _shuffled(tf, x, y, cfg) if training else tf.data.Dataset.from_tensor_slices((x, y))
+        ds = ds.batch(plan.global_batch_size, drop_remainder=True)
+        if training:
+            ds = ds.repeat()
+        per_pipeline = plan.global_batch_size // context.num_input_pipelines
+        per_replica = context.get_per_replica_batch_size(plan.global_batch_size)
+        ds = ds.unbatch().batch(per_pipeline).shard(context.num_input_pipelines, context.input_pipeline_id)
+        return ds.unbatch().batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+    return dataset_fn

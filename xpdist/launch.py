@@ -1,0 +1,96 @@
+"""Task processes: start them, forward signals, end every one of them.
+
+The Hydra process never runs TensorFlow; it starts `python -m xpdist.task <job dir>` in a
+fresh process per job, so logical devices and collective ops are configured once per
+process, as TensorFlow requires.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Dict, Iterator, List, Optional, Sequence
+
+# Seconds a task gets to stop after SIGINT/SIGTERM before it is killed.
+GRACE_S = 15.0
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached the Hydra process."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def signals_raise() -> Iterator[None]:
+    """Turns SIGINT and SIGTERM into Interrupted inside the block."""
+    def handler(signum, _frame):
+        raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGKILL it when the Hydra process dies (Linux)."""
+    os.setsid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def task_command(job_dir: Path, extra: Sequence[str] = ()) -> List[str]:
+    return [sys.executable, "-m", "xpdist.task", str(job_dir), *extra]
+
+
+def start(cmd: Sequence[str], env: Dict[str, str], log: Optional[IO] = None) -> subprocess.Popen:
+    """Starts a task in its own process group, killed if this process dies."""
+    return subprocess.Popen(list(cmd), env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
+                            preexec_fn=_die_with_parent)
+
+
+def stop(procs: Sequence[subprocess.Popen], first: int = signal.SIGTERM, grace_s: float = GRACE_S) -> None:
+    """Signals every live process group, waits up to grace_s, then SIGKILLs what is left."""
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, first)
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the group: anything the task started too
+        proc.wait()
+
+
+def run_one(cmd: Sequence[str], env: Dict[str, str]) -> int:
+    """Runs one task to its end; on Interrupted stops it (SIGINT first) and re-raises."""
+    proc = start(cmd, env)
+    try:
+        with signals_raise():
+            return proc.wait()
+    except Interrupted:
+        stop([proc], first=signal.SIGINT)
+        raise
+    finally:
+        if proc.poll() is None:
+            stop([proc])
+
+
+def task_env(overrides: Dict[str, str]) -> Dict[str, str]:
+    env = dict(os.environ)
+    env.update(overrides)
+    return env

@@ -1,0 +1,98 @@
+"""Models (`model` options), losses and optimizers, for Keras 3 and tf-keras alike.
+
+Builders take `keras`, which is `tf.keras`: Keras 3, or tf-keras when TF_USE_LEGACY_KERAS=1
+was set before TensorFlow was imported. They only use API both flavours share.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Dict, List, Sequence
+
+from xpdist.registry import Registry
+
+MODELS = Registry("model")
+
+
+def _inputs(keras, input_shape: Sequence[int]) -> List[Any]:
+    layers = [keras.Input(shape=tuple(input_shape))]
+    if len(input_shape) > 1:
+        layers.append(keras.layers.Flatten())
+    return layers
+
+
+@MODELS.register("linear")
+def linear(keras, cfg, input_shape, num_outputs):
+    """The guide's model: Dense(num_outputs) with an L2 kernel regularizer."""
+    return keras.Sequential(_inputs(keras, input_shape) + [
+        keras.layers.Dense(num_outputs, kernel_regularizer=keras.regularizers.L2(cfg.model.l2))])
+
+
+@MODELS.register("mlp")
+def mlp(keras, cfg, input_shape, num_outputs):
+    hidden = [keras.layers.Dense(units, activation="relu", kernel_regularizer=keras.regularizers.L2(cfg.model.l2))
+              for units in cfg.model.hidden_units]
+    tail = [keras.layers.Dropout(cfg.model.dropout)] if cfg.model.dropout else []
+    return keras.Sequential(_inputs(keras, input_shape) + hidden + tail + [keras.layers.Dense(num_outputs)])
+
+
+@MODELS.register("cnn")
+def cnn(keras, cfg, input_shape, num_outputs):
+    """Conv2D + MaxPool blocks, global average pooling, one Dense output (images only)."""
+    layers: List[Any] = [keras.Input(shape=tuple(input_shape))]
+    if len(input_shape) == 2:
+        layers.append(keras.layers.Reshape((*input_shape, 1)))
+    size = min(input_shape[0], input_shape[1])
+    for filters in cfg.model.filters:
+        layers.append(keras.layers.Conv2D(filters, 3, padding="same", activation="relu"))
+        if size >= 4:
+            layers.append(keras.layers.MaxPooling2D())
+            size //= 2
+    layers.append(keras.layers.GlobalAveragePooling2D())
+    if cfg.model.dropout:
+        layers.append(keras.layers.Dropout(cfg.model.dropout))
+    layers.append(keras.layers.Dense(num_outputs, kernel_regularizer=keras.regularizers.L2(cfg.model.l2)))
+    return keras.Sequential(layers)
+
+
+@MODELS.register("custom")
+def custom(keras, cfg, input_shape, num_outputs):
+    """Calls model._target_ (a dotted path) with input_shape, num_outputs and model.kwargs."""
+    target = cfg.model._target_
+    module_name, _, attr = target.rpartition(".")
+    try:
+        builder: Callable = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ValueError(f"model._target_={target} cannot be imported ({err}). "
+                         "Give the dotted path of a callable that returns a Keras model.") from None
+    return builder(input_shape=tuple(input_shape), num_outputs=num_outputs, **dict(cfg.model.kwargs))
+
+
+def example_custom_model(input_shape, num_outputs, units: int = 16):
+    """An example for model=custom: one hidden layer of `units`."""
+    import tensorflow as tf
+
+    keras = tf.keras
+    return keras.Sequential(_inputs(keras, input_shape) + [
+        keras.layers.Dense(units, activation="relu"), keras.layers.Dense(num_outputs)])
+
+
+def build_model(keras, cfg, input_shape, num_outputs):
+    return MODELS.get(cfg.model.name)(keras, cfg, input_shape, num_outputs)
+
+
+def build_optimizer(keras, cfg, learning_rate: float):
+    if cfg.optimizer.name == "sgd":
+        return keras.optimizers.SGD(learning_rate=learning_rate, momentum=cfg.optimizer.momentum)
+    if cfg.optimizer.name == "adam":
+        return keras.optimizers.Adam(learning_rate=learning_rate)
+    raise ValueError(f"optimizer={cfg.optimizer.name} is unknown")
+
+
+def loss_and_metrics(keras, kind: str, reduction: str = "sum_over_batch_size") -> Dict[str, Any]:
+    """The loss and metrics of a task kind (regression: mse, mae; classification: accuracy)."""
+    if kind == "classification":
+        return {"loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction),
+                "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
+    return {"loss": keras.losses.MeanSquaredError(reduction=reduction),
+            "metrics": [keras.metrics.MeanAbsoluteError(name="mae")]}

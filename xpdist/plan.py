@@ -1,0 +1,214 @@
+"""What a config means in numbers, worked out without TensorFlow.
+
+The Hydra process uses the plan to reject bad input and to log params before any task
+starts; the task process checks that TensorFlow agrees with it (replicas, devices).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+# Strategies that run one process; the others need a cluster.
+SINGLE_PROCESS = ("default", "one_device", "mirrored", "central_storage", "tpu")
+MULTI_WORKER = ("multi_worker_mirrored", "parameter_server")
+# Size of the data sets whose size is not in the config.
+FIXED_SIZES = {"digits": 1797, "mnist": 60000}
+
+_DEVICE = re.compile(r"^(?:/job:\w+/replica:\d+/task:\d+)?/?(?:device:)?(cpu|gpu|tpu):(\d+)$", re.I)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    strategy: str
+    cross_ops: str
+    communication: str
+    cluster: str
+    keras: str
+    devices: List[str]
+    num_workers: int
+    num_replicas: int
+    per_replica_batch_size: int
+    global_batch_size: int
+    learning_rate: float
+    num_examples: int
+    num_train: int
+    num_val: int
+    steps_per_epoch: int
+    validation_steps: int
+    run_name: str
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Plan":
+        return cls(**json.loads(text))
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_count() -> int:
+    """GPUs visible to TensorFlow, counted without importing it (nvidia-smi)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return 0
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    count = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    if visible:
+        count = min(count, len([v for v in visible.split(",") if v.strip()]))
+    return count
+
+
+def parse_device(name: str) -> Optional[tuple]:
+    """'/gpu:1', 'GPU:1' or a full device name -> ('gpu', 1); None if it is not one."""
+    match = _DEVICE.match(name.strip())
+    return (match.group(1).lower(), int(match.group(2))) if match else None
+
+
+def local_devices(cfg) -> List[str]:
+    """strategy.devices, else every GPU, else every logical CPU."""
+    if cfg.strategy.devices:
+        return list(cfg.strategy.devices)
+    gpus = gpu_count()
+    if gpus:
+        return [f"/gpu:{i}" for i in range(gpus)]
+    return [f"/cpu:{i}" for i in range(max(1, cfg.devices.logical_cpus))]
+
+
+def keras_flavour(cfg) -> str:
+    """keras3 or legacy (tf-keras): auto picks tf-keras where Keras 3's Model.fit cannot train."""
+    if cfg.keras != "auto":
+        return cfg.keras
+    needs_legacy = cfg.trainer.name == "fit" and cfg.strategy.name in MULTI_WORKER
+    return "legacy" if needs_legacy else "keras3"
+
+
+def num_workers(cfg) -> int:
+    if cfg.strategy.name not in MULTI_WORKER:
+        return 1
+    if cfg.cluster.name == "local":
+        return 1
+    if cfg.cluster.name == "localhost":
+        return cfg.cluster.workers
+    return _workers_from_environment(cfg.cluster.name)
+
+
+def _workers_from_environment(cluster: str) -> int:
+    if cluster == "tf_config":
+        try:
+            spec = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+            return max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))
+        except (ValueError, AttributeError):
+            return 1  # preflight reports the malformed TF_CONFIG
+    if cluster == "slurm":
+        return max(1, int(os.environ.get("SLURM_NTASKS", "1")))
+    return 1
+
+
+def replicas(cfg, devices: List[str], workers: int) -> int:
+    name = cfg.strategy.name
+    if name in ("mirrored", "central_storage"):
+        return len(devices)
+    if name == "multi_worker_mirrored":
+        return workers * max(1, gpu_count())
+    if name == "parameter_server":
+        return max(1, gpu_count())
+    return 1
+
+
+def dataset_size(cfg, launch_dir: Path) -> int:
+    ds = cfg.dataset
+    if ds.name in FIXED_SIZES:
+        return FIXED_SIZES[ds.name]
+    if ds.name == "npz":
+        import numpy as np
+
+        with np.load(resolve_path(ds.path, launch_dir)) as arrays:
+            return int(arrays["x"].shape[0])
+    return int(ds.num_examples)
+
+
+def resolve_path(path: str, launch_dir: Path) -> Path:
+    p = Path(os.path.expanduser(path))
+    return p if p.is_absolute() else launch_dir / p
+
+
+def learning_rate(cfg, global_batch: int) -> float:
+    opt = cfg.optimizer
+    base = float(opt.learning_rate)
+    reference = opt.reference_batch_size or cfg.dataset.per_replica_batch_size
+    if opt.lr_scaling == "linear":
+        return base * global_batch / reference
+    if opt.lr_scaling == "sqrt":
+        return base * math.sqrt(global_batch / reference)
+    if opt.lr_scaling == "table":
+        table = {int(k): float(v) for k, v in opt.lr_table.items()}
+        return table[global_batch]  # preflight has checked the entry exists
+    return base
+
+
+def run_name(cfg, plan_fields: Dict[str, Any]) -> str:
+    if cfg.tracking.run_name:
+        return cfg.tracking.run_name
+    parts = [cfg.strategy.name]
+    if plan_fields["cross_ops"] != "none":
+        parts.append(plan_fields["cross_ops"])
+    if plan_fields["communication"] != "none":
+        parts.append(plan_fields["communication"])
+    parts.append(f"{plan_fields['num_replicas']}r")
+    if cfg.trainer.name != "fit":
+        parts.append(cfg.trainer.name)
+    return "-".join(parts)
+
+
+def make_plan(cfg, launch_dir: Path) -> Plan:
+    """Works out the plan of a plain (enum-free) config. Call preflight.check first."""
+    devices = local_devices(cfg)
+    workers = num_workers(cfg)
+    n_replicas = replicas(cfg, devices, workers)
+    per_replica = int(cfg.dataset.per_replica_batch_size)
+    global_batch = per_replica * n_replicas
+    n = dataset_size(cfg, launch_dir)
+    n_val = int(round(n * float(cfg.dataset.validation_split)))
+    n_train = n - n_val
+    steps = cfg.trainer.steps_per_epoch or n_train // global_batch
+    fields: Dict[str, Any] = dict(
+        strategy=cfg.strategy.name,
+        cross_ops=cfg.cross_ops.name if cfg.strategy.name == "mirrored" else "none",
+        communication=cfg.communication.name if cfg.strategy.name == "multi_worker_mirrored" else "none",
+        cluster=cfg.cluster.name,
+        keras=keras_flavour(cfg),
+        devices=devices if cfg.strategy.name not in ("default",) else [],
+        num_workers=workers,
+        num_replicas=n_replicas,
+        per_replica_batch_size=per_replica,
+        global_batch_size=global_batch,
+        learning_rate=learning_rate(cfg, global_batch),
+        num_examples=n,
+        num_train=n_train,
+        num_val=n_val,
+        steps_per_epoch=int(steps),
+        validation_steps=n_val // global_batch,
+    )
+    return Plan(run_name=run_name(cfg, fields), **fields)
+
+
+def tf_version() -> str:
+    try:
+        return metadata.version("tensorflow")
+    except metadata.PackageNotFoundError:
+        return "none"

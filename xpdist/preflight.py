@@ -1,0 +1,239 @@
+"""Checks that run before TensorFlow starts: each failure is one line naming the config key.
+
+Nothing here imports TensorFlow, creates an MLflow run or writes a file, so a rejected
+config leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlparse
+
+from xpdist import plan as planning
+from xpdist.errors import ConfigError
+
+MULTI_PROCESS_CLUSTERS = ("localhost", "tf_config", "slurm")
+
+
+def check(cfg, launch_dir: Path) -> planning.Plan:
+    """Rejects configs that cannot run; returns the plan of one that can.
+
+    Args:
+        cfg: the composed config, enums as strings.
+        launch_dir: the directory the command was run from (relative paths start there).
+
+    Raises:
+        ConfigError: the first problem found.
+    """
+    _check_strategy_options(cfg)
+    _check_cluster(cfg)
+    _check_devices(cfg)
+    _check_numbers(cfg)
+    _check_dataset_source(cfg, launch_dir)
+    plan = planning.make_plan(cfg, launch_dir)
+    _check_sizes(cfg, plan)
+    return plan
+
+
+def _check_strategy_options(cfg) -> None:
+    strategy = cfg.strategy.name
+    if cfg.cross_ops.name != "auto" and strategy != "mirrored":
+        raise ConfigError(
+            "cross_ops", cfg.cross_ops.name, f"cross-device ops apply to strategy=mirrored only, not strategy={strategy}",
+            "Drop the override or use strategy=mirrored.")
+    if cfg.communication.name != "auto" and strategy != "multi_worker_mirrored":
+        raise ConfigError(
+            "communication", cfg.communication.name,
+            f"communication options apply to strategy=multi_worker_mirrored only, not strategy={strategy}",
+            "Drop the override or use strategy=multi_worker_mirrored.")
+    for key in ("cross_ops", "communication"):
+        if cfg[key].name == "nccl" and planning.gpu_count() == 0:
+            alternative = "auto or hierarchical" if key == "cross_ops" else "auto or ring"
+            raise ConfigError(key, "nccl", "NCCL needs GPUs; this machine has none", f"Use {key}={alternative}.")
+    if strategy == "tpu":
+        _check_tpu(cfg.strategy.tpu)
+    flavour = cfg.keras
+    if flavour == "keras3" and cfg.trainer.name == "fit" and strategy in planning.MULTI_WORKER:
+        raise ConfigError(
+            "keras", flavour, f"Keras 3's Model.fit cannot train under strategy={strategy} "
+            "(keras-team/keras#18624, #20585)", "Use keras=auto or keras=legacy (tf-keras), or trainer=ctl.")
+
+
+def _check_tpu(tpu: str) -> None:
+    """Looks for a TPU the way TPUClusterResolver would, without starting TensorFlow."""
+    if tpu in ("", "local"):
+        if any(Path("/dev").glob("accel*")) or any(Path("/dev").glob("vfio/[0-9]*")):
+            return
+        raise ConfigError("strategy.tpu", tpu or '""', "no TPU is attached to this machine",
+                          "Run on a TPU VM, or set strategy.tpu to a TPU name or grpc://host:port.")
+    if tpu.startswith("grpc://"):
+        address = urlparse(tpu)
+        if _can_connect(address.hostname or "", address.port or 8470):
+            return
+        raise ConfigError("strategy.tpu", tpu, "no TPU answers at that address",
+                          "Check the address, or use a strategy other than tpu.")
+    # A TPU name is resolved through the Google Cloud metadata server.
+    if _can_connect("metadata.google.internal", 80):
+        return
+    raise ConfigError("strategy.tpu", tpu, "a TPU name needs Google Cloud's metadata server, which is unreachable here",
+                      "Give grpc://host:port, or use a strategy other than tpu.")
+
+
+def _can_connect(host: str, port: int, timeout: float = 3.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _check_cluster(cfg) -> None:
+    strategy, cluster = cfg.strategy.name, cfg.cluster.name
+    if strategy == "parameter_server" and cluster == "local":
+        raise ConfigError("cluster", cluster, "parameter_server needs workers and parameter servers",
+                          "Use cluster=localhost (cluster.workers, cluster.ps), tf_config or slurm.")
+    if cluster in MULTI_PROCESS_CLUSTERS and strategy not in planning.MULTI_WORKER:
+        raise ConfigError("cluster", cluster, f"strategy={strategy} runs in one process",
+                          "Use cluster=local, or strategy=multi_worker_mirrored or parameter_server.")
+    if cluster == "localhost":
+        if cfg.cluster.workers < 1:
+            raise ConfigError("cluster.workers", cfg.cluster.workers, "a cluster needs at least one worker",
+                              "Set cluster.workers to 1 or more.")
+        if strategy == "parameter_server" and cfg.cluster.ps < 1:
+            raise ConfigError("cluster.ps", cfg.cluster.ps, "parameter_server needs at least one parameter server",
+                              "Set cluster.ps to 1 or more.")
+        if strategy != "parameter_server" and cfg.cluster.ps:
+            raise ConfigError("cluster.ps", cfg.cluster.ps, f"strategy={strategy} has no parameter servers",
+                              "Drop cluster.ps or use strategy=parameter_server.")
+    if cluster == "tf_config":
+        check_tf_config(os.environ.get("TF_CONFIG"), strategy)
+
+
+def check_tf_config(raw, strategy: str) -> dict:
+    """Validates a TF_CONFIG value; returns it parsed."""
+    def bad(why: str, fix: str = "Set TF_CONFIG as described in the README's cluster section."):
+        return ConfigError("TF_CONFIG", raw if raw is None or len(raw) < 120 else raw[:117] + "...", why, fix)
+
+    if not raw:
+        raise bad("cluster=tf_config needs the TF_CONFIG environment variable", "Set it, or use cluster=localhost.")
+    try:
+        spec = json.loads(raw)
+    except ValueError as err:
+        raise bad(f"not valid JSON ({err.msg} at character {err.pos})") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("cluster"), dict) or not spec["cluster"]:
+        raise bad("no 'cluster' mapping of job names to address lists")
+    task = spec.get("task")
+    if not isinstance(task, dict) or "type" not in task or "index" not in task:
+        raise bad("no 'task' with 'type' and 'index'")
+    known = ("chief", "worker", "ps", "evaluator")
+    for job, addresses in spec["cluster"].items():
+        if job not in known:
+            raise bad(f"unknown job type '{job}' in cluster (known: {', '.join(known)})")
+        if not isinstance(addresses, list) or not all(isinstance(a, str) and ":" in a for a in addresses):
+            raise bad(f"cluster.{job} must be a list of host:port strings")
+    kind, index = task["type"], task["index"]
+    if kind not in known:
+        raise bad(f"unknown task type '{kind}' (known: {', '.join(known)})")
+    if kind != "evaluator":
+        jobs = spec["cluster"].get(kind, [])
+        if not isinstance(index, int) or not 0 <= index < len(jobs):
+            raise bad(f"task index {index} is out of range: cluster.{kind} has {len(jobs)} address(es)")
+    if strategy == "parameter_server":
+        for needed in ("chief", "worker", "ps"):
+            if not spec["cluster"].get(needed):
+                raise bad(f"parameter_server needs a '{needed}' job in cluster (the chief runs the coordinator)")
+    return spec
+
+
+def _check_devices(cfg) -> None:
+    if cfg.devices.logical_cpus < 1:
+        raise ConfigError("devices.logical_cpus", cfg.devices.logical_cpus, "must be 1 or more",
+                          "Set it to the number of CPU replicas wanted.")
+    gpus = planning.gpu_count()
+    for name in cfg.strategy.devices:
+        parsed = planning.parse_device(name)
+        kind, index = parsed if parsed else (None, None)
+        limit = {"cpu": cfg.devices.logical_cpus, "gpu": gpus}.get(kind, 0)
+        if parsed is None or index >= limit:
+            have = [f"/cpu:{i}" for i in range(cfg.devices.logical_cpus)] + [f"/gpu:{i}" for i in range(gpus)]
+            raise ConfigError("strategy.devices", list(cfg.strategy.devices), f"device '{name}' does not exist here",
+                              f"Use some of {have} (raise devices.logical_cpus for more CPU devices).")
+
+
+def _check_numbers(cfg) -> None:
+    positive = {
+        "dataset.per_replica_batch_size": cfg.dataset.per_replica_batch_size,
+        "trainer.epochs": cfg.trainer.epochs,
+        "trainer.steps_per_execution": cfg.trainer.steps_per_execution,
+        "optimizer.learning_rate": cfg.optimizer.learning_rate,
+    }
+    if cfg.trainer.steps_per_epoch is not None:
+        positive["trainer.steps_per_epoch"] = cfg.trainer.steps_per_epoch
+    for key, value in positive.items():
+        if value <= 0:
+            raise ConfigError(key, value, "must be above 0", f"Set {key} to a positive value.")
+    split = cfg.dataset.validation_split
+    if not 0 <= split < 1:
+        raise ConfigError("dataset.validation_split", split, "must be in [0, 1)", "Use e.g. 0.2, or 0 for none.")
+    if cfg.trainer.keep_checkpoints < 0 or cfg.trainer.log_every_n_steps < 0:
+        raise ConfigError("trainer.keep_checkpoints", cfg.trainer.keep_checkpoints, "must be 0 or more", "Use 0 to disable.")
+
+
+def _check_dataset_source(cfg, launch_dir: Path) -> None:
+    if cfg.dataset.name != "npz":
+        return
+    if not cfg.dataset.path:
+        raise ConfigError("dataset.path", '""', "dataset=npz needs a file", "Set dataset.path=/path/to/data.npz.")
+    path = planning.resolve_path(cfg.dataset.path, launch_dir)
+    if not path.is_file():
+        raise ConfigError("dataset.path", cfg.dataset.path, f"no such file ({path})", "Point it at an existing .npz file.")
+    import numpy as np
+
+    try:
+        with np.load(path) as arrays:
+            missing = [k for k in ("x", "y") if k not in arrays.files]
+    except (OSError, ValueError) as err:
+        raise ConfigError("dataset.path", cfg.dataset.path, f"not a readable .npz file ({err})",
+                          "Save it with numpy.savez(path, x=..., y=...).") from None
+    if missing:
+        raise ConfigError("dataset.path", cfg.dataset.path, f"the file has no array(s) {missing}",
+                          "Save it with numpy.savez(path, x=..., y=...).")
+
+
+def _check_sizes(cfg, plan: planning.Plan) -> None:
+    if plan.num_train < plan.global_batch_size:
+        raise ConfigError(
+            "dataset.per_replica_batch_size", plan.per_replica_batch_size,
+            f"one global batch ({plan.per_replica_batch_size} x {plan.num_replicas} replicas = {plan.global_batch_size}) "
+            f"is larger than the {plan.num_train} training examples of dataset={cfg.dataset.name}",
+            "Lower the batch size or use more examples (dataset.num_examples).")
+    if plan.num_val and plan.num_val < plan.global_batch_size:
+        raise ConfigError(
+            "dataset.validation_split", cfg.dataset.validation_split,
+            f"the {plan.num_val} validation examples are fewer than one global batch ({plan.global_batch_size})",
+            "Raise the split, lower the batch size, or set dataset.validation_split=0.")
+    if cfg.optimizer.lr_scaling == "table":
+        table = {int(k) for k in cfg.optimizer.lr_table}
+        if plan.global_batch_size not in table:
+            raise ConfigError("optimizer.lr_table", sorted(table), f"no learning rate for global batch {plan.global_batch_size}",
+                              f"Add optimizer.lr_table.{plan.global_batch_size}=<rate>, or use another optimizer.lr_scaling.")
+
+
+def check_tracking_server(uri: str) -> None:
+    """Fails fast when an http(s) tracking URI does not answer."""
+    if urlparse(uri).scheme not in ("http", "https"):
+        return
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5):
+            return
+    except urllib.error.HTTPError:
+        return  # the server answered, even if not with 200
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        raise ConfigError("tracking.uri", uri, f"the MLflow server does not answer ({reason})",
+                          "Start it, fix the address, or drop tracking.uri to use ./mlflow.db.") from None

@@ -1,0 +1,103 @@
+"""One builder per `strategy` option, plus the cross_ops and communication options.
+
+Runs in the task process only (imports TensorFlow).
+"""
+
+from __future__ import annotations
+
+from xpdist.registry import Registry
+
+STRATEGIES = Registry("strategy")
+
+
+def configure_devices(tf, cfg) -> None:
+    """Splits the CPU into devices.logical_cpus logical devices, before TF initialises."""
+    n = int(cfg.devices.logical_cpus)
+    if n > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
+
+
+def cross_device_ops(tf, cfg):
+    """MirroredStrategy's cross_device_ops for cross_ops=<name> (None: TensorFlow's choice)."""
+    ops = cfg.cross_ops
+    if ops.name == "auto":
+        return None
+    if ops.name == "nccl":
+        return tf.distribute.NcclAllReduce(num_packs=ops.num_packs)
+    if ops.name == "hierarchical":
+        return tf.distribute.HierarchicalCopyAllReduce(num_packs=ops.num_packs)
+    if ops.name == "reduction_to_one_device":
+        return tf.distribute.ReductionToOneDevice(reduce_to_device=ops.reduce_to_device or None)
+    raise ValueError(f"cross_ops={ops.name} is unknown")
+
+
+def communication_options(tf, cfg):
+    impl = tf.distribute.experimental.CommunicationImplementation
+    name = cfg.communication.name
+    implementation = {"auto": impl.AUTO, "ring": impl.RING, "nccl": impl.NCCL}[name]
+    return tf.distribute.experimental.CommunicationOptions(
+        implementation=implementation, timeout_seconds=cfg.communication.timeout_seconds)
+
+
+@STRATEGIES.register("default")
+def _default(tf, cfg, plan):
+    return tf.distribute.get_strategy()
+
+
+@STRATEGIES.register("one_device")
+def _one_device(tf, cfg, plan):
+    return tf.distribute.OneDeviceStrategy(plan.devices[0])
+
+
+@STRATEGIES.register("mirrored")
+def _mirrored(tf, cfg, plan):
+    return tf.distribute.MirroredStrategy(devices=plan.devices, cross_device_ops=cross_device_ops(tf, cfg))
+
+
+@STRATEGIES.register("central_storage")
+def _central_storage(tf, cfg, plan):
+    return tf.distribute.experimental.CentralStorageStrategy(compute_devices=plan.devices)
+
+
+@STRATEGIES.register("multi_worker_mirrored")
+def _multi_worker_mirrored(tf, cfg, plan):
+    resolver = None
+    if cfg.cluster.name == "slurm":
+        resolver = tf.distribute.cluster_resolver.SlurmClusterResolver()
+    return tf.distribute.MultiWorkerMirroredStrategy(
+        cluster_resolver=resolver, communication_options=communication_options(tf, cfg))
+
+
+@STRATEGIES.register("parameter_server")
+def _parameter_server(tf, cfg, plan):
+    if cfg.cluster.name == "slurm":
+        resolver = tf.distribute.cluster_resolver.SlurmClusterResolver()
+    else:
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    return tf.distribute.experimental.ParameterServerStrategy(
+        resolver, variable_partitioner=variable_partitioner(tf, cfg, resolver))
+
+
+def variable_partitioner(tf, cfg, resolver):
+    st = cfg.strategy
+    num_ps = len(resolver.cluster_spec().as_dict().get("ps", [])) or 1
+    partitioners = tf.distribute.experimental.partitioners
+    if st.variable_partitioner == "min_size":
+        return partitioners.MinSizePartitioner(min_shard_bytes=st.min_shard_bytes, max_shards=st.max_shards or num_ps)
+    if st.variable_partitioner == "fixed":
+        return partitioners.FixedShardsPartitioner(num_shards=st.num_shards or num_ps)
+    return None
+
+
+@STRATEGIES.register("tpu")
+def _tpu(tf, cfg, plan):
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=cfg.strategy.tpu or "local")
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def build(tf, cfg, plan):
+    """Builds the strategy of cfg.strategy.name, after configure_devices."""
+    return STRATEGIES.get(cfg.strategy.name)(tf, cfg, plan)

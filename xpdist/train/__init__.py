@@ -1,0 +1,1 @@
+"""Trainers: `fit` (Keras Model.fit) and `ctl` (a custom training loop)."""

@@ -1,0 +1,80 @@
+"""What both trainers share: the context they train in, epoch records and checkpoints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from xpdist.plan import Plan
+
+
+@dataclass
+class TrainContext:
+    tf: Any
+    keras: Any
+    cfg: Any
+    plan: Plan
+    strategy: Any
+    model: Any
+    optimizer: Any
+    arrays: Any
+    job_dir: Path
+    logger: Optional[Any]  # tracking.MetricLogger on the chief, None elsewhere
+    chief: bool
+    uri: str
+    run_id: str
+    history: List[Dict[str, float]] = field(default_factory=list)
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """The chief's checkpoints are kept; other workers write theirs aside (TF needs every worker to save)."""
+        if self.chief:
+            return self.job_dir / "checkpoints"
+        return self.job_dir / "worker-checkpoints" / _task_name()
+
+
+def _task_name() -> str:
+    import json
+    import os
+
+    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+    return f"{task.get('type', 'worker')}-{task.get('index', 0)}"
+
+
+def record_epoch(ctx: TrainContext, epoch: int, logs: Dict[str, float], train_s: float, epoch_s: float,
+                 steps: int) -> Dict[str, float]:
+    """Adds timing to an epoch's metrics, logs them to MLflow (step = epoch number) and keeps them.
+
+    Args:
+        train_s: seconds spent on the epoch's training steps (examples_per_sec counts these).
+        epoch_s: seconds for the whole epoch, validation included (epoch_time_s).
+    """
+    metrics = {k: float(v) for k, v in logs.items()}
+    metrics["epoch_time_s"] = epoch_s
+    metrics["examples_per_sec"] = steps * ctx.plan.global_batch_size / train_s if train_s > 0 else 0.0
+    if ctx.logger is not None:
+        ctx.logger.add(metrics, step=epoch)
+        ctx.logger.flush()
+    ctx.history.append(metrics)
+    return metrics
+
+
+def checkpoint_manager(ctx: TrainContext, **extra):
+    """A CheckpointManager keeping the last trainer.keep_checkpoints checkpoints (None if 0)."""
+    keep = int(ctx.cfg.trainer.keep_checkpoints)
+    checkpoint = ctx.tf.train.Checkpoint(model=ctx.model, optimizer=ctx.optimizer, **extra)
+    if keep == 0:
+        return checkpoint, None
+    manager = ctx.tf.train.CheckpointManager(checkpoint, str(ctx.checkpoint_dir), max_to_keep=keep)
+    return checkpoint, manager
+
+
+def final_metrics(ctx: TrainContext) -> Dict[str, float]:
+    if not ctx.history:
+        return {}
+    last = dict(ctx.history[-1])
+    # The first epoch includes tracing; steady-state throughput is the median of the others.
+    rates = sorted(h["examples_per_sec"] for h in ctx.history[1:]) or [last["examples_per_sec"]]
+    last["steady_examples_per_sec"] = rates[len(rates) // 2]
+    return last

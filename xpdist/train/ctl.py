@@ -1,0 +1,127 @@
+"""trainer=ctl: a custom training loop (tf.function + strategy.run).
+
+Per-example losses are averaged over the global batch and regularization losses scaled by
+the number of replicas, so the summed gradients equal single-device training's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Dict
+
+from xpdist.data import replica_batches_fn
+from xpdist.models import loss_and_metrics
+from xpdist.train.common import TrainContext, checkpoint_manager, final_metrics, record_epoch
+
+
+class _Loop:
+    def __init__(self, ctx: TrainContext):
+        self.ctx = ctx
+        tf, strategy = ctx.tf, ctx.strategy
+        spec = loss_and_metrics(ctx.keras, ctx.arrays.kind, reduction="none")
+        self.loss_fn = spec["loss"]
+        self.metric_name = spec["metrics"][0].name
+        self.classification = ctx.arrays.kind == "classification"
+        self.global_batch = ctx.plan.global_batch_size
+        self.spe = int(ctx.cfg.trainer.steps_per_execution)
+        self.train_step = tf.function(self._train_steps, jit_compile=bool(ctx.cfg.trainer.jit_compile) or None)
+        self.eval_step = tf.function(self._eval_step)
+        self.SUM = tf.distribute.ReduceOp.SUM
+        self.strategy = strategy
+
+    def _metric_sum(self, y, outputs):
+        """Per-replica sum of the metric over the batch (accuracy hits or absolute errors)."""
+        tf = self.ctx.tf
+        if self.classification:
+            predicted = tf.cast(tf.argmax(outputs, axis=-1), y.dtype)
+            return tf.reduce_sum(tf.cast(tf.equal(tf.reshape(y, [-1]), predicted), tf.float32))
+        return tf.reduce_sum(tf.reduce_mean(tf.abs(tf.cast(y, outputs.dtype) - outputs), axis=-1))
+
+    def _replica_step(self, x, y):
+        tf, model = self.ctx.tf, self.ctx.model
+        with tf.GradientTape() as tape:
+            outputs = model(x, training=True)
+            per_example = self.loss_fn(y, outputs)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=self.global_batch)
+            if model.losses:
+                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+        grads = tape.gradient(loss, model.trainable_variables)
+        self.ctx.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss, self._metric_sum(y, outputs)
+
+    def _train_steps(self, iterator, count):
+        """Runs `count` steps (a tensor, so one trace serves every count) inside one call."""
+        tf = self.ctx.tf
+        loss_total = tf.constant(0.0)
+        metric_total = tf.constant(0.0)
+        for _ in tf.range(count):
+            loss, metric = self.strategy.run(self._replica_step, args=next(iterator))
+            loss_total += self.strategy.reduce(self.SUM, loss, axis=None)
+            metric_total += self.strategy.reduce(self.SUM, metric, axis=None)
+        return loss_total, metric_total
+
+    def _eval_step(self, x, y):
+        def replica(x, y):
+            tf, model = self.ctx.tf, self.ctx.model
+            outputs = model(x, training=False)
+            loss = tf.nn.compute_average_loss(self.loss_fn(y, outputs), global_batch_size=self.global_batch)
+            if model.losses:
+                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+            return loss, self._metric_sum(y, outputs)
+
+        loss, metric = self.strategy.run(replica, args=(x, y))
+        return self.strategy.reduce(self.SUM, loss, axis=None), self.strategy.reduce(self.SUM, metric, axis=None)
+
+
+def train(ctx: TrainContext) -> Dict[str, float]:
+    tf, cfg, plan, arrays = ctx.tf, ctx.cfg, ctx.plan, ctx.arrays
+    loop = _Loop(ctx)
+    steps = plan.steps_per_epoch
+    dataset = ctx.strategy.distribute_datasets_from_function(
+        replica_batches_fn(tf, arrays.x_train, arrays.y_train, cfg, plan, training=True))
+    val_dataset = None
+    if plan.validation_steps:
+        val_dataset = ctx.strategy.distribute_datasets_from_function(
+            replica_batches_fn(tf, arrays.x_val, arrays.y_val, cfg, plan, training=False))
+    with ctx.strategy.scope():
+        epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+    checkpoint, manager = checkpoint_manager(ctx, epoch=epoch_var)
+    if manager is not None and manager.latest_checkpoint:  # resume after a restart
+        checkpoint.restore(manager.latest_checkpoint)
+    iterator = iter(dataset)
+    # Skip the batches of completed epochs so a resumed run sees the data it would have seen.
+    for _ in range(int(epoch_var.numpy()) * steps):
+        next(iterator)
+    name = loop.metric_name
+    for epoch in range(int(epoch_var.numpy()), cfg.trainer.epochs):
+        bar = ctx.keras.utils.Progbar(steps, stateful_metrics=["loss", name]) if cfg.trainer.progress and ctx.chief else None
+        start = time.perf_counter()
+        done, loss_sum, metric_sum = 0, 0.0, 0.0
+        while done < steps:
+            ran = min(loop.spe, steps - done)
+            loss_total, metric_total = loop.train_step(iterator, tf.constant(ran))
+            done += ran
+            loss_sum += float(loss_total)
+            metric_sum += float(metric_total)
+            if ctx.logger is not None and cfg.trainer.log_every_n_steps and done % cfg.trainer.log_every_n_steps < ran:
+                ctx.logger.add({"batch_loss": float(loss_total) / ran}, step=epoch * steps + done)
+            if bar is not None:
+                bar.update(done, [("loss", loss_sum / done), (name, metric_sum / (done * plan.global_batch_size))])
+        train_s = time.perf_counter() - start
+        logs = {"loss": loss_sum / steps, name: metric_sum / (steps * plan.global_batch_size)}
+        if val_dataset is not None:
+            val_loss, val_metric = 0.0, 0.0
+            for x, y in val_dataset:
+                loss, metric = loop.eval_step(x, y)
+                val_loss, val_metric = val_loss + float(loss), val_metric + float(metric)
+            logs["val_loss"] = val_loss / plan.validation_steps
+            logs[f"val_{name}"] = val_metric / (plan.validation_steps * plan.global_batch_size)
+        epoch_var.assign(epoch + 1)
+        if manager is not None:
+            manager.save(checkpoint_number=epoch + 1)
+        record_epoch(ctx, epoch + 1, logs, train_s, time.perf_counter() - start, steps)
+        if ctx.chief:
+            shown = " - ".join(f"{k}: {v:.4f}" for k, v in logs.items())
+            print(f"Epoch {epoch + 1}/{cfg.trainer.epochs} - {train_s:.2f}s - {shown}", flush=True)
+    return final_metrics(ctx)
+

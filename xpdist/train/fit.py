@@ -1,0 +1,72 @@
+"""trainer=fit: Keras Model.fit with MLflow epoch logging and checkpoints as callbacks."""
+
+from __future__ import annotations
+
+import time
+from typing import Dict
+
+from xpdist.models import loss_and_metrics
+from xpdist.train.common import TrainContext, checkpoint_manager, final_metrics, record_epoch
+
+
+def _callbacks(ctx: TrainContext):
+    keras = ctx.keras
+    steps = ctx.plan.steps_per_epoch
+    every = int(ctx.cfg.trainer.log_every_n_steps)
+
+    class MlflowEpochs(keras.callbacks.Callback):
+        """Times each epoch's training and logs every epoch's metrics in one batch."""
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._epoch = epoch
+            self._start = time.perf_counter()
+            self._train_s = None
+
+        def on_test_begin(self, logs=None):
+            if self._train_s is None:
+                self._train_s = time.perf_counter() - self._start
+
+        def on_train_batch_end(self, batch, logs=None):
+            if every and ctx.logger is not None:
+                step = self._epoch * steps + batch + 1
+                if step % every == 0:
+                    ctx.logger.add({"batch_loss": float(logs["loss"])}, step=step)  # buffered, no I/O
+
+        def on_epoch_end(self, epoch, logs=None):
+            total = time.perf_counter() - self._start
+            train_s = self._train_s or total
+            record_epoch(ctx, epoch + 1, logs or {}, train_s, total, steps)
+
+    class Checkpoints(keras.callbacks.Callback):
+        def __init__(self, manager):
+            super().__init__()
+            self._manager = manager
+
+        def on_epoch_end(self, epoch, logs=None):
+            self._manager.save(checkpoint_number=epoch + 1)
+
+    callbacks = [MlflowEpochs()]
+    _, manager = checkpoint_manager(ctx)
+    if manager is not None:
+        callbacks.append(Checkpoints(manager))
+    if ctx.plan.cluster != "local":
+        callbacks.insert(0, keras.callbacks.BackupAndRestore(backup_dir=str(ctx.job_dir / "backup")))
+    return callbacks
+
+
+def train(ctx: TrainContext) -> Dict[str, float]:
+    from xpdist.data import global_batches
+
+    tf, cfg, plan, arrays = ctx.tf, ctx.cfg, ctx.plan, ctx.arrays
+    spec = loss_and_metrics(ctx.keras, arrays.kind)
+    with ctx.strategy.scope():
+        ctx.model.compile(optimizer=ctx.optimizer, loss=spec["loss"], metrics=spec["metrics"],
+                          steps_per_execution=cfg.trainer.steps_per_execution, jit_compile=cfg.trainer.jit_compile)
+    train_ds = global_batches(tf, arrays.x_train, arrays.y_train, cfg, plan, training=True)
+    val_ds = None
+    if plan.validation_steps:
+        val_ds = global_batches(tf, arrays.x_val, arrays.y_val, cfg, plan, training=False)
+    ctx.model.fit(train_ds, epochs=cfg.trainer.epochs, steps_per_epoch=plan.steps_per_epoch,
+                  validation_data=val_ds, validation_steps=plan.validation_steps or None,
+                  callbacks=_callbacks(ctx), shuffle=False, verbose=2 if cfg.trainer.progress else 0)
+    return final_metrics(ctx)
