@@ -136,7 +136,9 @@ class DatasetConfig:
     num_classes: int = 10
     # npz: path of a .npz file holding arrays `x` and `y` (relative to the launch directory).
     path: str = ""
-    # Shuffle buffer in examples (0: the whole data set).
+    # Shuffle buffer in examples. 0 (default): each pass is an exact seeded permutation of the
+    # whole training set, identical whatever the strategy or trainer; N > 0: tf.data's
+    # shuffle with an N-example buffer (less memory, order depends on TensorFlow's seeding).
     shuffle_buffer: int = 0
 
 

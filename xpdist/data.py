@@ -91,19 +91,39 @@ def load(cfg, plan: Plan, launch_dir: Path) -> Arrays:
     return Arrays(x[:n_train], y[:n_train], x[n_train:], y[n_train:], kind, outputs)
 
 
-def _shuffled(tf, x, y, cfg, seed_offset: int = 0):
-    ds = tf.data.Dataset.from_tensor_slices((x, y))
-    buffer = cfg.dataset.shuffle_buffer or len(x)
-    return ds.shuffle(buffer, seed=cfg.seed + seed_offset, reshuffle_each_iteration=True)
+def _training_batches(tf, x, y, cfg, global_batch: int):
+    """An endless stream of global batches, reshuffled on every pass over the data.
+
+    Each pass is a permutation drawn by a stateless op seeded with (seed, pass number), so
+    the order does not depend on TensorFlow's global or graph seeds. That matters: Keras
+    hands a dataset to a strategy by rebuilding its graph, which re-seeds a stateful
+    `shuffle`, so fit and ctl (or two strategies) would otherwise see different batches.
+    dataset.shuffle_buffer > 0 trades that for a bounded tf.data shuffle buffer.
+    """
+    if cfg.dataset.shuffle_buffer:
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(cfg.dataset.shuffle_buffer, seed=cfg.seed)
+        return ds.batch(global_batch, drop_remainder=True).repeat()
+    n = len(x)
+    x_all, y_all = tf.constant(x), tf.constant(y)
+
+    def one_pass(number):
+        seed = tf.stack([tf.constant(cfg.seed, tf.int64), number])
+        order = tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=seed)
+        return tf.data.Dataset.from_tensor_slices(order).batch(global_batch, drop_remainder=True)
+
+    batches = tf.data.Dataset.counter().flat_map(one_pass)
+    return batches.map(lambda idx: (tf.gather(x_all, idx), tf.gather(y_all, idx)))
+
+
+def _batches(tf, x, y, cfg, global_batch: int, training: bool):
+    if training:
+        return _training_batches(tf, x, y, cfg, global_batch)
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=True)
 
 
 def global_batches(tf, x, y, cfg, plan: Plan, training: bool):
     """Global batches for Model.fit; Keras splits each one across the replicas."""
-    ds = _shuffled(tf, x, y, cfg) if training else tf.data.Dataset.from_tensor_slices((x, y))
-    ds = ds.batch(plan.global_batch_size, drop_remainder=True)
-    if training:
-        ds = ds.repeat()
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return _batches(tf, x, y, cfg, plan.global_batch_size, training).prefetch(tf.data.AUTOTUNE)
 
 
 def replica_batches_fn(tf, x, y, cfg, plan: Plan, training: bool):
@@ -114,10 +134,7 @@ def replica_batches_fn(tf, x, y, cfg, plan: Plan, training: bool):
     examples of one global batch, whatever the number of workers and replicas.
     """
     def dataset_fn(context):
-        ds = _shuffled(tf, x, y, cfg) if training else tf.data.Dataset.from_tensor_slices((x, y))
-        ds = ds.batch(plan.global_batch_size, drop_remainder=True)
-        if training:
-            ds = ds.repeat()
+        ds = _batches(tf, x, y, cfg, plan.global_batch_size, training)
         per_pipeline = plan.global_batch_size // context.num_input_pipelines
         per_replica = context.get_per_replica_batch_size(plan.global_batch_size)
         ds = ds.unbatch().batch(per_pipeline).shard(context.num_input_pipelines, context.input_pipeline_id)

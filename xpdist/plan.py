@@ -18,6 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from xpdist.errors import ConfigError
+
 # Strategies that run one process; the others need a cluster.
 SINGLE_PROCESS = ("default", "one_device", "mirrored", "central_storage", "tpu")
 MULTI_WORKER = ("multi_worker_mirrored", "parameter_server")
@@ -157,7 +159,11 @@ def learning_rate(cfg, global_batch: int) -> float:
         return base * math.sqrt(global_batch / reference)
     if opt.lr_scaling == "table":
         table = {int(k): float(v) for k, v in opt.lr_table.items()}
-        return table[global_batch]  # preflight has checked the entry exists
+        if global_batch not in table:
+            raise ConfigError("optimizer.lr_table", sorted(table), f"no learning rate for global batch {global_batch}",
+                              f"Add '++optimizer.lr_table={{{global_batch}: <rate>}}', or use another "
+                              "optimizer.lr_scaling.")
+        return table[global_batch]
     return base
 
 

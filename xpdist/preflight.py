@@ -35,6 +35,7 @@ def check(cfg, launch_dir: Path) -> planning.Plan:
     _check_devices(cfg)
     _check_numbers(cfg)
     _check_dataset_source(cfg, launch_dir)
+    _check_model_fits_data(cfg, launch_dir)
     plan = planning.make_plan(cfg, launch_dir)
     _check_sizes(cfg, plan)
     return plan
@@ -180,8 +181,9 @@ def _check_numbers(cfg) -> None:
     split = cfg.dataset.validation_split
     if not 0 <= split < 1:
         raise ConfigError("dataset.validation_split", split, "must be in [0, 1)", "Use e.g. 0.2, or 0 for none.")
-    if cfg.trainer.keep_checkpoints < 0 or cfg.trainer.log_every_n_steps < 0:
-        raise ConfigError("trainer.keep_checkpoints", cfg.trainer.keep_checkpoints, "must be 0 or more", "Use 0 to disable.")
+    for key in ("keep_checkpoints", "log_every_n_steps"):
+        if cfg.trainer[key] < 0:
+            raise ConfigError(f"trainer.{key}", cfg.trainer[key], "must be 0 or more", "Use 0 to disable.")
 
 
 def _check_dataset_source(cfg, launch_dir: Path) -> None:
@@ -205,6 +207,28 @@ def _check_dataset_source(cfg, launch_dir: Path) -> None:
                           "Save it with numpy.savez(path, x=..., y=...).")
 
 
+# Data sets whose examples are images (height x width, with or without channels).
+IMAGE_DATASETS = ("synthetic_images", "digits", "mnist")
+
+
+def _check_model_fits_data(cfg, launch_dir: Path) -> None:
+    """model=cnn convolves images; on flat feature vectors it would fail deep inside Keras."""
+    if cfg.model.name != "cnn" or cfg.dataset.name in IMAGE_DATASETS:
+        return
+    shape = "one feature vector per example"
+    if cfg.dataset.name == "npz":
+        import numpy as np
+
+        with np.load(planning.resolve_path(cfg.dataset.path, launch_dir)) as arrays:
+            example = arrays["x"].shape[1:]
+        if len(example) in (2, 3):
+            return
+        shape = f"examples of shape {tuple(example)}"
+    raise ConfigError("model", "cnn", f"a conv net needs images (height x width [x channels]); "
+                      f"dataset={cfg.dataset.name} has {shape}",
+                      f"Use model=mlp or model=linear, or an image data set ({', '.join(IMAGE_DATASETS)}, npz).")
+
+
 def _check_sizes(cfg, plan: planning.Plan) -> None:
     if plan.num_train < plan.global_batch_size:
         raise ConfigError(
@@ -217,11 +241,6 @@ def _check_sizes(cfg, plan: planning.Plan) -> None:
             "dataset.validation_split", cfg.dataset.validation_split,
             f"the {plan.num_val} validation examples are fewer than one global batch ({plan.global_batch_size})",
             "Raise the split, lower the batch size, or set dataset.validation_split=0.")
-    if cfg.optimizer.lr_scaling == "table":
-        table = {int(k) for k in cfg.optimizer.lr_table}
-        if plan.global_batch_size not in table:
-            raise ConfigError("optimizer.lr_table", sorted(table), f"no learning rate for global batch {plan.global_batch_size}",
-                              f"Add optimizer.lr_table.{plan.global_batch_size}=<rate>, or use another optimizer.lr_scaling.")
 
 
 def check_tracking_server(uri: str) -> None:

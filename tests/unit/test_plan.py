@@ -1,0 +1,123 @@
+"""Batch and learning-rate arithmetic of xpdist/plan.py, worked out without TensorFlow."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from unit_helpers import no_gpus, plain  # noqa: F401  (no_gpus: autouse fixture)
+from xpdist import plan as planning
+from xpdist.errors import ConfigError
+
+
+def make(tmp_path, *overrides):
+    return planning.make_plan(plain(*overrides), tmp_path)
+
+
+@pytest.mark.parametrize("overrides, replicas", [
+    ([], 1),
+    (["strategy=one_device", "devices.logical_cpus=4"], 1),
+    (["strategy=mirrored"], 1),
+    (["strategy=mirrored", "devices.logical_cpus=4"], 4),
+    (["strategy=central_storage", "devices.logical_cpus=3"], 3),
+    (["strategy=mirrored", "devices.logical_cpus=4", "strategy.devices=[/cpu:1,/cpu:3]"], 2),
+    (["strategy=multi_worker_mirrored"], 1),
+])
+def test_global_batch_is_per_replica_batch_times_replicas(tmp_path, overrides, replicas):
+    p = make(tmp_path, *overrides, "dataset.per_replica_batch_size=6", "dataset.num_examples=600")
+    assert p.num_replicas == replicas
+    assert p.per_replica_batch_size == 6
+    assert p.global_batch_size == 6 * replicas
+    assert p.steps_per_epoch == 600 // (6 * replicas)
+
+
+def test_steps_and_split_follow_the_global_batch(tmp_path):
+    p = make(tmp_path, "strategy=mirrored", "devices.logical_cpus=2", "dataset.per_replica_batch_size=4",
+             "dataset.num_examples=103", "dataset.validation_split=0.2")
+    assert (p.num_train, p.num_val) == (82, 21)
+    assert (p.steps_per_epoch, p.validation_steps) == (82 // 8, 21 // 8)
+
+
+def test_steps_per_epoch_overrides_the_data_size(tmp_path):
+    assert make(tmp_path, "trainer.steps_per_epoch=3").steps_per_epoch == 3
+
+
+def test_fixed_size_data_sets(tmp_path):
+    p = make(tmp_path, "dataset=digits")
+    assert p.num_examples == 1797 and p.num_val == round(1797 * 0.2)
+
+
+@pytest.mark.parametrize("scaling, expected", [
+    ("none", 0.01),
+    ("linear", 0.01 * 4),  # reference batch: the per-replica batch, so x replicas
+    ("sqrt", 0.01 * 2),
+])
+def test_learning_rate_scaling_from_the_per_replica_batch(tmp_path, scaling, expected):
+    p = make(tmp_path, "strategy=mirrored", "devices.logical_cpus=4", "dataset.per_replica_batch_size=8",
+             f"optimizer.lr_scaling={scaling}")
+    assert p.global_batch_size == 32
+    assert p.learning_rate == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("scaling, expected", [("linear", 0.1 * 32 / 128), ("sqrt", 0.1 * math.sqrt(32 / 128))])
+def test_learning_rate_scaling_from_a_reference_batch(tmp_path, scaling, expected):
+    p = make(tmp_path, "strategy=mirrored", "devices.logical_cpus=4", "dataset.per_replica_batch_size=8",
+             "optimizer.learning_rate=0.1", "optimizer.reference_batch_size=128", f"optimizer.lr_scaling={scaling}")
+    assert p.learning_rate == pytest.approx(expected)
+
+
+def test_learning_rate_from_the_table(tmp_path):
+    table = "++optimizer.lr_table={8: 0.05, 16: 0.1, 32: 0.15}"
+    one = make(tmp_path, "optimizer.lr_scaling=table", table, "dataset.per_replica_batch_size=16")
+    two = make(tmp_path, "optimizer.lr_scaling=table", table, "dataset.per_replica_batch_size=16",
+               "strategy=mirrored", "devices.logical_cpus=2")
+    assert (one.learning_rate, two.learning_rate) == (0.1, 0.15)
+
+
+def test_learning_rate_table_without_the_global_batch(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        make(tmp_path, "optimizer.lr_scaling=table", "++optimizer.lr_table={8: 0.05}")
+    assert err.value.key == "optimizer.lr_table"
+    assert "global batch 5" in str(err.value) and "++optimizer.lr_table={5: <rate>}" in str(err.value)
+
+
+@pytest.mark.parametrize("overrides, name", [
+    ([], "default-1r"),
+    (["strategy=mirrored", "cross_ops=hierarchical", "devices.logical_cpus=4"], "mirrored-hierarchical-4r"),
+    (["strategy=central_storage", "devices.logical_cpus=2", "trainer=ctl"], "central_storage-2r-ctl"),
+    (["strategy=multi_worker_mirrored", "communication=ring"], "multi_worker_mirrored-ring-1r"),
+    (["tracking.run_name=mine"], "mine"),
+])
+def test_run_names(tmp_path, overrides, name):
+    assert make(tmp_path, *overrides).run_name == name
+
+
+@pytest.mark.parametrize("overrides, keras", [
+    ([], "keras3"),
+    (["strategy=multi_worker_mirrored"], "legacy"),  # Keras 3's fit cannot train under MWMS
+    (["strategy=multi_worker_mirrored", "trainer=ctl"], "keras3"),
+    (["keras=legacy"], "legacy"),
+])
+def test_keras_flavour(tmp_path, overrides, keras):
+    assert make(tmp_path, *overrides).keras == keras
+
+
+def test_options_that_do_not_apply_are_none(tmp_path):
+    p = make(tmp_path, "strategy=one_device")
+    assert (p.cross_ops, p.communication, p.devices) == ("none", "none", ["/cpu:0"])
+    p = make(tmp_path)
+    assert p.devices == []
+
+
+@pytest.mark.parametrize("name, parsed", [
+    ("/cpu:0", ("cpu", 0)), ("GPU:1", ("gpu", 1)), ("/job:worker/replica:0/task:1/device:CPU:2", ("cpu", 2)),
+    ("/device:TPU:3", ("tpu", 3)), ("cpu", None), ("/xpu:0", None),
+])
+def test_parse_device(name, parsed):
+    assert planning.parse_device(name) == parsed
+
+
+def test_the_plan_round_trips_through_json(tmp_path):
+    p = make(tmp_path, "strategy=mirrored", "devices.logical_cpus=2")
+    assert planning.Plan.from_json(p.to_json()) == p

@@ -1,0 +1,166 @@
+"""Bad input is rejected before TensorFlow starts, with one line that names the config key."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from unit_helpers import closed_port, no_gpus, plain  # noqa: F401  (no_gpus: autouse fixture)
+from xpdist import preflight
+from xpdist.errors import ConfigError
+
+
+def reject(tmp_path: Path, *overrides: str) -> ConfigError:
+    with pytest.raises(ConfigError) as err:
+        preflight.check(plain(*overrides), tmp_path)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"{err.value.key}=")
+    return err.value
+
+
+@pytest.mark.parametrize("strategy", ["default", "one_device", "central_storage", "multi_worker_mirrored"])
+def test_cross_ops_other_than_auto_needs_mirrored(tmp_path, strategy):
+    err = reject(tmp_path, f"strategy={strategy}", "cross_ops=hierarchical")
+    assert err.key == "cross_ops" and err.received == "hierarchical"
+    assert "strategy=mirrored" in str(err)
+
+
+def test_nccl_cross_ops_needs_gpus(tmp_path):
+    err = reject(tmp_path, "strategy=mirrored", "cross_ops=nccl")
+    assert err.key == "cross_ops" and "needs GPUs" in str(err)
+
+
+def test_nccl_communication_needs_gpus(tmp_path):
+    err = reject(tmp_path, "strategy=multi_worker_mirrored", "communication=nccl")
+    assert err.key == "communication" and "needs GPUs" in str(err)
+
+
+@pytest.mark.parametrize("strategy", ["default", "mirrored", "central_storage"])
+def test_communication_other_than_auto_needs_multi_worker_mirrored(tmp_path, strategy):
+    err = reject(tmp_path, f"strategy={strategy}", "communication=ring")
+    assert err.key == "communication" and err.received == "ring"
+
+
+def test_tpu_without_a_tpu_attached(tmp_path):
+    if any(Path("/dev").glob("accel*")):
+        pytest.skip("this machine has a TPU")
+    err = reject(tmp_path, "strategy=tpu")
+    assert err.key == "strategy.tpu" and "no TPU" in str(err)
+
+
+def test_tpu_address_that_does_not_answer(tmp_path):
+    address = f"grpc://127.0.0.1:{closed_port()}"
+    err = reject(tmp_path, "strategy=tpu", f"strategy.tpu={address}")
+    assert err.key == "strategy.tpu" and err.received == address
+
+
+@pytest.mark.parametrize("size", [0, -4])
+def test_per_replica_batch_size_below_one(tmp_path, size):
+    err = reject(tmp_path, f"dataset.per_replica_batch_size={size}")
+    assert err.key == "dataset.per_replica_batch_size" and err.received == size
+
+
+def test_dataset_smaller_than_one_global_batch(tmp_path):
+    err = reject(tmp_path, "strategy=mirrored", "devices.logical_cpus=4", "dataset.per_replica_batch_size=8",
+                 "dataset.num_examples=20")
+    assert err.key == "dataset.per_replica_batch_size"
+    assert "8 x 4 replicas = 32" in str(err) and "20 training examples" in str(err)
+
+
+def test_validation_split_smaller_than_one_global_batch(tmp_path):
+    err = reject(tmp_path, "dataset.num_examples=100", "dataset.per_replica_batch_size=10",
+                 "dataset.validation_split=0.05")
+    assert err.key == "dataset.validation_split"
+
+
+@pytest.mark.parametrize("devices", ["[/cpu:0,/cpu:2]", "[/gpu:0]", "[/xpu:0]", "[cpu0]"])
+def test_device_that_does_not_exist(tmp_path, devices):
+    err = reject(tmp_path, "strategy=mirrored", "devices.logical_cpus=2", f"strategy.devices={devices}")
+    assert err.key == "strategy.devices"
+    assert "does not exist" in str(err)
+
+
+def test_devices_that_exist_pass(tmp_path):
+    plan = preflight.check(plain("strategy=mirrored", "devices.logical_cpus=3", "strategy.devices=[/cpu:0,CPU:2]"),
+                           tmp_path)
+    assert plan.num_replicas == 2 and plan.devices == ["/cpu:0", "CPU:2"]
+
+
+def test_missing_npz_file(tmp_path):
+    err = reject(tmp_path, "dataset=npz", "dataset.path=nowhere/data.npz")
+    assert err.key == "dataset.path" and err.received == "nowhere/data.npz"
+    assert str(tmp_path / "nowhere" / "data.npz") in str(err)
+
+
+def test_npz_without_a_path(tmp_path):
+    assert reject(tmp_path, "dataset=npz").key == "dataset.path"
+
+
+def test_npz_without_the_arrays(tmp_path):
+    np.savez(tmp_path / "data.npz", features=np.zeros((10, 2)))
+    err = reject(tmp_path, "dataset=npz", "dataset.path=data.npz")
+    assert err.key == "dataset.path" and "'x'" in str(err)
+
+
+def test_npz_size_comes_from_the_file(tmp_path):
+    np.savez(tmp_path / "data.npz", x=np.zeros((40, 3), "float32"), y=np.zeros(40, "int32"))
+    plan = preflight.check(plain("dataset=npz", "dataset.path=data.npz", "dataset.per_replica_batch_size=8",
+                                 "dataset.validation_split=0.2"), tmp_path)
+    assert (plan.num_examples, plan.num_train, plan.num_val) == (40, 32, 8)
+    assert (plan.steps_per_epoch, plan.validation_steps) == (4, 1)
+
+
+def test_unreachable_tracking_server():
+    uri = f"http://127.0.0.1:{closed_port()}"
+    with pytest.raises(ConfigError) as err:
+        preflight.check_tracking_server(uri)
+    assert err.value.key == "tracking.uri" and err.value.received == uri
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("uri", ["sqlite:////tmp/x/mlflow.db", "file:///tmp/mlruns", "databricks"])
+def test_tracking_uris_that_are_not_servers_are_not_probed(uri):
+    preflight.check_tracking_server(uri)
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["model=cnn"], "model"),  # synthetic_regression: one feature per example, not an image
+    (["model=cnn", "dataset.num_features=64"], "model"),
+    (["devices.logical_cpus=0"], "devices.logical_cpus"),
+    (["trainer.epochs=0"], "trainer.epochs"),
+    (["trainer.steps_per_epoch=0"], "trainer.steps_per_epoch"),
+    (["optimizer.learning_rate=-0.1"], "optimizer.learning_rate"),
+    (["dataset.validation_split=1.0"], "dataset.validation_split"),
+    (["trainer.log_every_n_steps=-1"], "trainer.log_every_n_steps"),
+    (["strategy=parameter_server"], "cluster"),
+    (["optimizer.lr_scaling=table", "++optimizer.lr_table={64: 0.1}"], "optimizer.lr_table"),
+    (["strategy=multi_worker_mirrored", "keras=keras3"], "keras"),
+])
+def test_other_bad_values_name_their_key(tmp_path, overrides, key):
+    assert reject(tmp_path, *overrides).key == key
+
+
+@pytest.mark.parametrize("overrides", [
+    ["model=cnn", "dataset=digits"],
+    ["model=cnn", "dataset=synthetic_images", "dataset.num_examples=128"],
+    ["model=mlp", "dataset=digits"],
+    ["strategy=multi_worker_mirrored", "keras=keras3", "trainer=ctl"],
+])
+def test_configs_that_can_run_pass(tmp_path, overrides):
+    preflight.check(plain(*overrides), tmp_path)
+
+
+def test_cnn_on_npz_follows_the_array_shape(tmp_path):
+    np.savez(tmp_path / "flat.npz", x=np.zeros((40, 3), "float32"), y=np.zeros(40, "int32"))
+    np.savez(tmp_path / "images.npz", x=np.zeros((40, 8, 8), "float32"), y=np.zeros(40, "int32"))
+    assert reject(tmp_path, "model=cnn", "dataset=npz", "dataset.path=flat.npz").key == "model"
+    preflight.check(plain("model=cnn", "dataset=npz", "dataset.path=images.npz", "dataset.per_replica_batch_size=8"),
+                    tmp_path)
+
+
+def test_preflight_does_not_import_tensorflow():
+    assert "tensorflow" not in sys.modules

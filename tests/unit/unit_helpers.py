@@ -1,0 +1,43 @@
+"""Helpers for the unit tests: plain configs as job.run sees them, a closed port, no GPUs."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from hydra import compose as hydra_compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from xpdist import plan as planning
+from xpdist.config import register_configs
+from xpdist.job import plain_config
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def plain(*overrides: str):
+    """The config as job.run hands it to preflight: composed, resolved, enums as names.
+
+    Composed without the hydra node, which halves the time a compose takes.
+    """
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = hydra_compose(config_name="config", overrides=list(overrides))
+    return OmegaConf.create(plain_config(cfg))
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def no_gpus(monkeypatch):
+    """Autouse where imported: checks run as on a machine without GPUs, whatever this one has."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    planning.gpu_count.cache_clear()
+    yield
+    planning.gpu_count.cache_clear()
