@@ -20,13 +20,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 # (row key, column header) of the table printed at the end of a sweep.
 SWEEP_COLUMNS: Tuple[Tuple[str, str], ...] = (
-    ("job", "job"), ("overrides", "overrides"), ("status", "status"), ("replicas", "replicas"),
+    ("job", "job"), ("job_overrides", "overrides"), ("status", "status"), ("replicas", "replicas"),
     ("global_batch", "global batch"), ("final_loss", "final loss"), ("examples_per_sec", "examples/sec"),
     ("wall_time_s", "wall time (s)"),
 )
 # Every key of a row, in the order the CSV file lists them.
 ROW_KEYS: Tuple[str, ...] = (
-    "job", "run_name", "run_id", "overrides", "status", "strategy", "cross_ops", "communication", "replicas",
+    "job", "run_name", "run_id", "overrides", "job_overrides", "status", "strategy", "cross_ops", "communication", "replicas",
     "global_batch", "final_loss", "final_val_loss", "examples_per_sec", "wall_time_s", "error",
 )
 # Tags written by xpdist.job and xpdist.tracking.
@@ -77,9 +77,18 @@ def row(run) -> Dict[str, Any]:
 
 
 def rows(runs: Sequence[Any]) -> List[Dict[str, Any]]:
-    """Rows for `runs`, ordered by job number (runs outside a sweep last, by start time)."""
+    """Rows for `runs`, ordered by job number (runs outside a sweep last, by start time).
+
+    `overrides` holds each run's whole command line; `job_overrides` only the overrides
+    that are not the same in every run (what tells the jobs of a sweep apart).
+    """
     ordered = sorted(runs, key=lambda r: (_job_number(r) is None, _job_number(r) or 0, r.info.start_time or 0))
-    return [row(r) for r in ordered]
+    table = [row(r) for r in ordered]
+    split = [r["overrides"].split() if r["overrides"] != "(none)" else [] for r in table]
+    common = set.intersection(*map(set, split)) if len(split) > 1 else set()
+    for r, items in zip(table, split):
+        r["job_overrides"] = " ".join(item for item in items if item not in common) or "(none)"
+    return table
 
 
 def _cell(value: Any) -> str:

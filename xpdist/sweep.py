@@ -183,6 +183,10 @@ class SweepCallback(Callback):
         _State.open_sweep = None
 
 
+def _short(text: str, limit: int = 240) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def report(rows: List[Dict[str, Any]], uri: str, parent_id: str, sweep_dir: Path, out=sys.stdout) -> None:
     """Prints the sweep's table and logs it (CSV, Markdown, PNG) on the parent run."""
     title = f"sweep {sweep_dir.name}: {len(rows)} jobs"
@@ -191,7 +195,7 @@ def report(rows: List[Dict[str, Any]], uri: str, parent_id: str, sweep_dir: Path
     failed = [r for r in rows if r["status"] != "FINISHED"]
     lines = ["", f"xpdist: {title}, {len(rows) - len(failed)} finished, {len(failed)} failed",
              summary.format_text(rows)]
-    lines += [f"  job {r['job']} {r['status']}: {r['error'] or 'no error recorded'}" for r in failed]
+    lines += [f"  job {r['job']} {r['status']}: {_short(r['error'] or 'no error recorded')}" for r in failed]
     lines += [f"  parent run: {parent_id}   tracking uri: {uri}",
               f"  table and chart: {sweep_dir / SUMMARY_DIR} (also artifacts of the parent run)",
               f"  open the MLflow UI: {tracking.ui_command(uri)}"]

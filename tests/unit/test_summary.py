@@ -16,7 +16,7 @@ def _sweep(uri):
         run_id = tracking.create_run(uri, "xpdist", f"{job}-{strategy}-{replicas}r",
                                      {"strategy": strategy, "num_replicas": str(replicas),
                                       "global_batch_size": str(5 * replicas)},
-                                     {"xpdist.job": str(job), "xpdist.overrides": f"strategy={strategy}",
+                                     {"xpdist.job": str(job), "xpdist.overrides": f"strategy={strategy} trainer.epochs=1",
                                       "xpdist.wall_time_s": "12.50"}, parent)
         if loss is not None:
             logger = tracking.MetricLogger(uri, run_id)
@@ -37,6 +37,7 @@ def test_rows_tables_and_files(tmp_path):
     assert (first["status"], first["strategy"], first["replicas"], first["global_batch"]) == \
         ("FINISHED", "mirrored", 2, 10)
     assert (first["final_loss"], first["examples_per_sec"], first["wall_time_s"]) == (0.25, 1500.0, 12.5)
+    assert (first["overrides"], first["job_overrides"]) == ("strategy=mirrored trainer.epochs=1", "strategy=mirrored")
     assert rows[2]["status"] == "FAILED" and rows[2]["final_loss"] is None and "boom" in rows[2]["error"]
 
     text = summary.format_text(rows).splitlines()

@@ -58,8 +58,8 @@ def train(ctx: TrainContext) -> Dict[str, float]:
     from xpdist.data import global_batches
 
     tf, cfg, plan, arrays = ctx.tf, ctx.cfg, ctx.plan, ctx.arrays
-    spec = loss_and_metrics(ctx.keras, arrays.kind)
-    with ctx.strategy.scope():
+    with ctx.strategy.scope():  # metric variables too: MultiWorkerMirrored refuses them from outside
+        spec = loss_and_metrics(ctx.keras, arrays.kind)
         ctx.model.compile(optimizer=ctx.optimizer, loss=spec["loss"], metrics=spec["metrics"],
                           steps_per_execution=cfg.trainer.steps_per_execution, jit_compile=cfg.trainer.jit_compile)
     train_ds = global_batches(tf, arrays.x_train, arrays.y_train, cfg, plan, training=True)
