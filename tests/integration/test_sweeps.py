@@ -127,7 +127,8 @@ def test_ctrl_c_kills_the_running_job_and_the_sweep(xpdist):
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and cli.poll() is None:
             seen.update(_descendants(cli.pid))
-            runs = xpdist.runs() if (xpdist.workdir / "mlflow.db").exists() else []
+            # sweep.json is written once the CLI has created the store and the parent run
+            runs = xpdist.runs() if list(xpdist.workdir.glob("multirun/*/*/sweep.json")) else []
             child = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
             if child and child[0].data.metrics.get("loss") is not None:
                 break  # job 0 is training: an epoch is logged
