@@ -67,7 +67,7 @@ def check_finished_child(child):
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_recipe_runs(xpdist, recipe):
-    sweep = compose([f"+recipe={recipe}"]).hydra.mode.name == "MULTIRUN"
+    sweep = bool(compose([f"+recipe={recipe}"]).hydra.sweeper.params)
     proc = xpdist.run(f"+recipe={recipe}", *TINY, *(PARALLEL if sweep else []), tiny=False, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     if not sweep:
