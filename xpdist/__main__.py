@@ -6,6 +6,7 @@ task process(es); it never imports TensorFlow.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -31,7 +32,8 @@ def main(cfg: DictConfig) -> job.JobResult:
     if multirun:
         sweep.join(ctx, hc)
     try:
-        result = job.run(cfg, ctx)
+        with sweep.slot(hc) if multirun else contextlib.nullcontext():
+            result = job.run(cfg, ctx)
     except launch.Interrupted as err:
         if multirun:
             sweep.interrupted(ctx, str(err))
@@ -54,7 +56,16 @@ def _uri(cfg: DictConfig, ctx: job.JobContext) -> str:
 
 def cli() -> None:
     register_configs()
-    main()
+    try:
+        # SIGINT/SIGTERM anywhere (not only while a task runs) closes an open sweep as KILLED.
+        with launch.signals_raise():
+            main()
+    except launch.Interrupted as err:
+        sweep.abort(f"interrupted by {err}")
+        print(f"xpdist: interrupted by {err}", file=sys.stderr)
+        sys.exit(130)
+    finally:
+        sweep.abort("stopped before its end", "FAILED")  # Hydra stopped the sweep (a job raised)
     sys.exit(max(_State.exit_code, sweep.exit_code()))
 
 

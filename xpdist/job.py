@@ -116,6 +116,8 @@ def _tags(plan: Plan, ctx: JobContext) -> Dict[str, str]:
     tags = {"strategy": plan.strategy, "cross_ops": plan.cross_ops, "communication": plan.communication,
             "cluster": plan.cluster, "xpdist.overrides": " ".join(ctx.overrides) or "(none)",
             "mlflow.source.name": "python -m xpdist"}
+    if ctx.job_num is not None:  # the job's index in its sweep, for the sweep's table
+        tags["xpdist.job"] = str(ctx.job_num)
     commit = tracking.git_commit(ctx.launch_dir)
     if commit:
         tags["mlflow.source.git.commit"] = commit
@@ -127,7 +129,8 @@ def _record_rejected(config: Dict[str, Any], ctx: JobContext, uri: str, error: s
     params = tracking.flatten(config)
     name = f"{ctx.job_num}-rejected" if ctx.job_num is not None else "rejected"
     run_id = tracking.create_run(uri, config["tracking"]["experiment"], name, params,
-                                 {"xpdist.overrides": " ".join(ctx.overrides) or "(none)"}, ctx.parent_run_id)
+                                 {"xpdist.overrides": " ".join(ctx.overrides) or "(none)",
+                                  "xpdist.job": str(ctx.job_num)}, ctx.parent_run_id)
     tracking.terminate(uri, run_id, "FAILED", error)
     return run_id
 

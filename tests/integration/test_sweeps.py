@@ -1,0 +1,153 @@
+"""Sweeps end to end: real CLI in a subprocess, real TensorFlow jobs, runs read back from MLflow.
+
+Budget: each job costs ~20-30 s on 2 cores (mostly importing TensorFlow), so checks are
+combined. Sweep recipes run under the parallel launcher (hydra/launcher=local_parallel),
+which is what the parallel-into-one-SQLite-store checks need anyway; the default,
+sequential launcher is exercised by the failing-job and Ctrl-C tests.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REPO, compose, xpdist_env
+
+pytestmark = pytest.mark.slow
+
+RECIPES = sorted(p.relative_to(REPO / "recipes").with_suffix("").as_posix()
+                 for p in (REPO / "recipes").rglob("*.yaml"))
+# Per job: one epoch, no progress bar.
+TINY = ["trainer.epochs=1", "trainer.progress=false"]
+# Recipe sweeps: jobs in parallel, all of them at once, into one SQLite store.
+PARALLEL = ["hydra/launcher=local_parallel", "hydra.callbacks.sweep.max_parallel=0"]
+
+
+def sweep_runs(xpdist):
+    """(parent, children ordered by job number) of the one sweep in the store."""
+    runs = xpdist.runs()
+    parents = [r for r in runs if r.data.tags.get("xpdist.sweep") == "true"]
+    assert len(parents) == 1, [r.info.run_name for r in runs]
+    parent = parents[0]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(children) == len(runs) - 1, "every run of the store belongs to the sweep"
+    return parent, sorted(children, key=lambda r: int(r.data.tags["xpdist.job"]))
+
+
+def check_summary(xpdist, proc, parent, children):
+    """The table printed at the end and logged on the parent matches the child runs."""
+    artifacts = {a.path for a in xpdist.client().list_artifacts(parent.info.run_id, "summary")}
+    assert artifacts == {"summary/summary.csv", "summary/summary.md", "summary/examples_per_sec.png"}
+    local = xpdist.client().download_artifacts(parent.info.run_id, "summary", str(xpdist.workdir / "dl"))
+    with open(Path(local) / "summary.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [(r["run_id"], r["status"]) for r in table] == [(c.info.run_id, c.info.status) for c in children]
+    assert (Path(local) / "examples_per_sec.png").read_bytes()[:4] == b"\x89PNG"
+    lines = proc.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("job  overrides"))
+    assert "examples/sec" in lines[header] and "wall time (s)" in lines[header]
+    for child, line in zip(children, lines[header + 2:header + 2 + len(children)]):
+        assert line.split()[0] == child.data.tags["xpdist.job"] and child.info.status in line
+
+
+def check_finished_child(child):
+    assert child.info.status == "FINISHED", child.data.tags.get("xpdist.error")
+    assert {"loss", "examples_per_sec", "epoch_time_s"} <= set(child.data.metrics)
+    assert child.data.params["trainer.epochs"] == "1"
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_recipe_runs(xpdist, recipe):
+    sweep = bool(compose([f"+recipe={recipe}"]).hydra.sweeper.params)
+    proc = xpdist.run(f"+recipe={recipe}", *TINY, *(PARALLEL if sweep else []), tiny=False, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    if not sweep:
+        (run,) = xpdist.runs()
+        check_finished_child(run)
+        return
+    parent, children = sweep_runs(xpdist)
+    params = compose([f"+recipe={recipe}"]).hydra.sweeper.params
+    jobs = 1
+    for key, values in params.items():
+        jobs *= len(values.split(","))
+        # group overrides land in the summary param of the same name, values in dotted keys
+        assert {c.data.params[key] for c in children} == set(values.split(",")), key
+    assert [c.data.tags["xpdist.job"] for c in children] == [str(i) for i in range(jobs)]
+    for child in children:
+        check_finished_child(child)
+        assert {a.path for a in xpdist.client().list_artifacts(child.info.run_id)} >= {"config.yaml", "model"}
+        assert len(xpdist.client().get_metric_history(child.info.run_id, "loss")) == 1
+    assert parent.info.status == "FINISHED"
+    assert parent.info.run_name.startswith("sweep-") and f"+recipe={recipe}" in parent.info.run_name
+    for key, values in params.items():
+        assert parent.data.tags[f"sweep.{key}"] == values
+    check_summary(xpdist, proc, parent, children)
+    if recipe == "strategy_sweep":
+        replicas = {c.data.params["strategy"]: c.data.params["num_replicas"] for c in children}
+        assert replicas == {"default": "1", "one_device": "1", "mirrored": "2", "central_storage": "2",
+                            "multi_worker_mirrored": "1"}
+
+
+def test_sweep_goes_on_after_a_failed_job_and_exits_non_zero(xpdist):
+    # job 0 asks for NCCL on a machine without GPUs (rejected before training); job 1 trains
+    proc = xpdist.run("strategy=mirrored", "devices.logical_cpus=2", "cross_ops=nccl,hierarchical", *TINY,
+                      multirun=True, tiny=False, timeout=600)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    parent, (failed, finished) = sweep_runs(xpdist)
+    assert failed.info.status == "FAILED" and "cross_ops=nccl" in failed.data.tags["xpdist.error"]
+    check_finished_child(finished)
+    assert finished.data.params["cross_ops"] == "hierarchical" and finished.data.params["num_replicas"] == "2"
+    assert parent.info.status == "FAILED" and parent.data.tags["xpdist.error"] == "1 of 2 jobs failed"
+    assert parent.data.tags["sweep.cross_ops"] == "nccl,hierarchical"
+    check_summary(xpdist, proc, parent, [failed, finished])
+    assert "job 0 FAILED: " in proc.stdout
+
+
+def _descendants(pid):
+    return psutil.Process(pid).children(recursive=True)
+
+
+def test_ctrl_c_kills_the_running_job_and_the_sweep(xpdist):
+    # A terminal's Ctrl-C: SIGINT to the CLI's whole process group while job 0 trains.
+    cmd = [sys.executable, "-m", "xpdist", "-m", "seed=1,2", "trainer.epochs=100000", "trainer.progress=false",
+           "trainer.keep_checkpoints=0"]
+    cli = subprocess.Popen(cmd, cwd=xpdist.workdir, env=xpdist_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        seen = set()
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and cli.poll() is None:
+            seen.update(_descendants(cli.pid))
+            # sweep.json is written once the CLI has created the store and the parent run
+            runs = xpdist.runs() if list(xpdist.workdir.glob("multirun/*/*/sweep.json")) else []
+            child = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+            if child and child[0].data.metrics.get("loss") is not None:
+                break  # job 0 is training: an epoch is logged
+            time.sleep(1)
+        else:
+            pytest.fail(f"job 0 never logged an epoch: {cli.communicate()}")
+        seen.update(_descendants(cli.pid))
+        assert any("xpdist.task" in " ".join(p.cmdline()) for p in seen if p.is_running())
+        os.killpg(cli.pid, signal.SIGINT)
+        _, err = cli.communicate(timeout=120)
+    finally:
+        if cli.poll() is None:
+            os.killpg(cli.pid, signal.SIGKILL)
+            cli.wait()
+    assert cli.returncode == 130, err[-3000:]
+    assert "interrupted by SIGINT" in err
+    parent, children = sweep_runs(xpdist)
+    assert [c.info.status for c in children] == ["KILLED"], "job 1 never starts"
+    assert parent.info.status == "KILLED"
+    time.sleep(1)
+    left = [p for p in seen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, [p.cmdline() for p in left]
