@@ -27,6 +27,7 @@ def _callbacks(ctx: TrainContext):
                 self._train_s = time.perf_counter() - self._start
 
         def on_train_batch_end(self, batch, logs=None):
+            ctx.step_done()
             if every and ctx.logger is not None:
                 step = self._epoch * steps + batch + 1
                 if step % every == 0:
@@ -61,7 +62,7 @@ def train(ctx: TrainContext) -> Dict[str, float]:
     spec = loss_and_metrics(ctx.keras, arrays.kind)
     with ctx.strategy.scope():
         ctx.model.compile(optimizer=ctx.optimizer, loss=spec["loss"], metrics=spec["metrics"],
-                          steps_per_execution=cfg.trainer.steps_per_execution, jit_compile=cfg.trainer.jit_compile)
+                          steps_per_execution=plan.steps_per_execution, jit_compile=cfg.trainer.jit_compile)
     train_ds = global_batches(tf, arrays.x_train, arrays.y_train, cfg, plan, training=True)
     val_ds = None
     if plan.validation_steps:
