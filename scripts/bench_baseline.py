@@ -135,6 +135,8 @@ def main(argv=None) -> int:
     timing = {"first_step_at": None, "rates": []}
 
     class Timing(tf.keras.callbacks.Callback):
+        async_safe = True  # its batch hook must not make Keras 3 wait for every step
+
         def on_epoch_begin(self, epoch, logs=None):
             self.start = time.perf_counter()
 

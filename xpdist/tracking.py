@@ -202,10 +202,10 @@ class MetricFile:
                                        "metrics": {k: float(v) for k, v in metrics.items()}}))
 
     def flush(self) -> None:
-        if self._lines:
+        lines, self._lines = self._lines, []  # swapped first: add() may run on a callback thread
+        if lines:
             with open(self._path, "a") as out:
-                out.write("\n".join(self._lines) + "\n")
-            self._lines = []
+                out.write("\n".join(lines) + "\n")
 
 
 class MetricRelay(threading.Thread):
