@@ -10,12 +10,14 @@ by SIGKILL or runs out of memory.
 from __future__ import annotations
 
 import json
+import os
 import sys
+import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -87,29 +89,90 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
 
     result.run_name = plan.run_name if ctx.job_num is None else f"{ctx.job_num}-{plan.run_name}"
     result.num_replicas, result.global_batch_size = plan.num_replicas, plan.global_batch_size
-    run_id = tracking.create_run(uri, plain.tracking.experiment, result.run_name, tracking.run_params(config, plan),
-                                 _tags(plan, ctx), ctx.parent_run_id)
-    result.run_id = run_id
+    _write_job_files(config, plan, ctx, uri)
+    # The task starts now and imports TensorFlow while this process creates the MLflow run.
+    recorder = _Recorder(uri, ctx, lambda: tracking.create_run(
+        uri, plain.tracking.experiment, result.run_name, tracking.run_params(config, plan), _tags(plan, ctx),
+        ctx.parent_run_id))
+    recorder.start()
     try:
-        _write_job_files(config, plan, ctx, uri, run_id)
-        tracking.log_artifacts(uri, run_id, [ctx.job_dir / "config.yaml", ctx.job_dir / "overrides.yaml"])
         from xpdist import cluster
 
-        outcome = cluster.run(plain, plan, ctx.job_dir, launch.task_env(_task_env(plain, uri, run_id)))
+        outcome = cluster.run(plain, plan, ctx.job_dir, launch.task_env(_task_env(plain, uri)))
+        result.run_id = recorder.finish()
         result.status, result.error = outcome.status, outcome.error
         result.metrics = outcome.metrics
+        if result.ok:
+            _log_outputs(uri, result.run_id, ctx.job_dir)
     except launch.Interrupted as err:
         result.status, result.error = "KILLED", f"interrupted by {err}"
-        tracking.terminate(uri, run_id, "KILLED", result.error)
+        result.run_id = recorder.finish()
+        tracking.terminate(uri, result.run_id, "KILLED", result.error)
         raise
     except Exception as err:  # a launcher bug must not leave the run RUNNING
         result.status, result.error = "FAILED", f"{type(err).__name__}: {err}"
-        tracking.terminate(uri, run_id, "FAILED", result.error)
+        if recorder.run_id:
+            recorder.finish_quietly()
+            tracking.terminate(uri, recorder.run_id, "FAILED", result.error)
         raise
     result.wall_time_s = time.monotonic() - started
-    tracking.set_tags(uri, run_id, {"xpdist.wall_time_s": f"{result.wall_time_s:.2f}"})
-    tracking.terminate(uri, run_id, result.status, result.error)
+    tracking.set_tags(uri, result.run_id, {"xpdist.wall_time_s": f"{result.wall_time_s:.2f}"})
+    tracking.terminate(uri, result.run_id, result.status, result.error)
     return result
+
+
+class _Recorder(threading.Thread):
+    """The job's MLflow side, beside the task: creates the run, then relays the task's metrics.
+
+    Creating the run (importing MLflow, opening the store) takes seconds; done here it
+    overlaps the task's TensorFlow import instead of delaying the task's start.
+    """
+
+    def __init__(self, uri: str, ctx: JobContext, create: Callable[[], str]):
+        super().__init__(name="xpdist-recorder", daemon=True)
+        self._uri, self._ctx, self._create = uri, ctx, create
+        self._done = threading.Event()
+        self.run_id: Optional[str] = None
+        self.error: Optional[BaseException] = None
+        self.relay: Optional[tracking.MetricRelay] = None
+
+    def run(self) -> None:
+        try:
+            self.run_id = self._create()
+            job_file = self._ctx.job_dir / JOB_FILE
+            job = json.loads(job_file.read_text())
+            job["run_id"] = self.run_id
+            staged = job_file.with_suffix(".tmp")
+            staged.write_text(json.dumps(job, indent=2))
+            os.replace(staged, job_file)  # the task may be reading it right now
+            tracking.log_artifacts(self._uri, self.run_id, [self._ctx.job_dir / "config.yaml",
+                                                            self._ctx.job_dir / "overrides.yaml"])
+            self.relay = tracking.MetricRelay(self._uri, self.run_id, self._ctx.job_dir / tracking.METRICS_FILE)
+            self.relay.start()
+        except BaseException as err:  # re-raised in the main thread by finish()
+            self.error = err
+
+    def finish(self) -> str:
+        """Waits for the run, logs the last metrics; returns the run id (raises what creating it raised)."""
+        self.join()
+        if self.error is not None:
+            raise self.error
+        self.relay.stop()
+        return self.run_id
+
+    def finish_quietly(self) -> None:
+        try:
+            self.finish()
+        except Exception:
+            pass
+
+
+def _log_outputs(uri: str, run_id: str, job_dir: Path) -> None:
+    """The trained model and the checkpoints the chief task left in the job directory."""
+    tracking.log_artifacts(uri, run_id, [job_dir / "model.keras"], "model")
+    checkpoints = job_dir / "checkpoints"
+    if checkpoints.is_dir() and any(checkpoints.iterdir()):
+        tracking.log_artifacts(uri, run_id, [checkpoints], "checkpoints")
 
 
 def _tags(plan: Plan, ctx: JobContext) -> Dict[str, str]:
@@ -135,17 +198,18 @@ def _record_rejected(config: Dict[str, Any], ctx: JobContext, uri: str, error: s
     return run_id
 
 
-def _write_job_files(config: Dict[str, Any], plan: Plan, ctx: JobContext, uri: str, run_id: str) -> None:
+def _write_job_files(config: Dict[str, Any], plan: Plan, ctx: JobContext, uri: str) -> None:
     ctx.job_dir.mkdir(parents=True, exist_ok=True)
+    (ctx.job_dir / tracking.METRICS_FILE).unlink(missing_ok=True)  # a reused job dir: relay only this run's
     OmegaConf.save(OmegaConf.create(config), ctx.job_dir / "config.yaml")
     OmegaConf.save(OmegaConf.create(list(ctx.overrides)), ctx.job_dir / "overrides.yaml")
-    job = {"run_id": run_id, "tracking_uri": uri, "launch_dir": str(ctx.launch_dir),
+    job = {"run_id": None, "tracking_uri": uri, "launch_dir": str(ctx.launch_dir),
            "plan": json.loads(plan.to_json())}
     (ctx.job_dir / JOB_FILE).write_text(json.dumps(job, indent=2))
 
 
-def _task_env(cfg, uri: str, run_id: str) -> Dict[str, str]:
-    return {"MLFLOW_TRACKING_URI": uri, "MLFLOW_RUN_ID": run_id, "PYTHONUNBUFFERED": "1"}
+def _task_env(cfg, uri: str) -> Dict[str, str]:
+    return {"MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"}
 
 
 def read_result(job_dir: Path) -> Dict[str, Any]:

@@ -48,6 +48,8 @@ class Plan:
     steps_per_epoch: int
     validation_steps: int
     run_name: str
+    # Training steps per tf.function call (trainer.steps_per_execution, or its auto value).
+    steps_per_execution: int = 1
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -210,7 +212,30 @@ def make_plan(cfg, launch_dir: Path) -> Plan:
         steps_per_epoch=int(steps),
         validation_steps=n_val // global_batch,
     )
-    return Plan(run_name=run_name(cfg, fields), **fields)
+    auto_spe = steps_per_execution(cfg, int(steps), n_replicas)
+    return Plan(run_name=run_name(cfg, fields), steps_per_execution=auto_spe, **fields)
+
+
+# Models whose training step is a few small matrix products: per-call overhead dominates.
+DENSE_ONLY = ("linear", "mlp")
+# Upper bound of the automatic steps_per_execution.
+MAX_AUTO_STEPS_PER_EXECUTION = 32
+
+
+def steps_per_execution(cfg, steps_per_epoch: int, num_replicas: int) -> int:
+    """trainer.steps_per_execution, or for null the auto value (see config.TrainerConfig).
+
+    The auto value divides the steps per epoch: Keras 3 runs whole executions, so an epoch
+    of 20 steps at 8 per call would run 24. It stays 1 with several replicas: Keras 3's
+    Model.fit with steps_per_execution > 1 failed under MirroredStrategy here ("You must
+    feed a value for placeholder tensor ... while/cond/Placeholder_1").
+    """
+    if cfg.trainer.steps_per_execution is not None:
+        return int(cfg.trainer.steps_per_execution)
+    if cfg.model.name not in DENSE_ONLY or num_replicas > 1 or cfg.strategy.name not in ("default", "one_device"):
+        return 1
+    limit = min(MAX_AUTO_STEPS_PER_EXECUTION, max(1, steps_per_epoch))
+    return max(d for d in range(1, limit + 1) if steps_per_epoch % d == 0)
 
 
 def tf_version() -> str:

@@ -170,9 +170,10 @@ def _check_numbers(cfg) -> None:
     positive = {
         "dataset.per_replica_batch_size": cfg.dataset.per_replica_batch_size,
         "trainer.epochs": cfg.trainer.epochs,
-        "trainer.steps_per_execution": cfg.trainer.steps_per_execution,
         "optimizer.learning_rate": cfg.optimizer.learning_rate,
     }
+    if cfg.trainer.steps_per_execution is not None:
+        positive["trainer.steps_per_execution"] = cfg.trainer.steps_per_execution
     if cfg.trainer.steps_per_epoch is not None:
         positive["trainer.steps_per_epoch"] = cfg.trainer.steps_per_epoch
     for key, value in positive.items():

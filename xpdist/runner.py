@@ -51,7 +51,7 @@ def build_strategy(tf, cfg, plan: Plan):
     return strategy
 
 
-def build_context(tf, cfg, plan: Plan, strategy, job_dir: Path, uri: str, run_id: str, chief: bool) -> TrainContext:
+def build_context(tf, cfg, plan: Plan, strategy, job_dir: Path, uri: str, run_id: Optional[str], chief: bool) -> TrainContext:
     tf.keras.utils.set_random_seed(cfg.seed)
     job = _read_job(job_dir)
     arrays = data.load(cfg, plan, Path(job["launch_dir"]))
@@ -59,7 +59,7 @@ def build_context(tf, cfg, plan: Plan, strategy, job_dir: Path, uri: str, run_id
     with strategy.scope():
         model = models.build_model(keras, cfg, arrays.input_shape, arrays.num_outputs)
         optimizer = models.build_optimizer(keras, cfg, plan.learning_rate)
-    logger: Optional[tracking.MetricLogger] = tracking.MetricLogger(uri, run_id) if chief else None
+    logger = tracking.MetricFile(job_dir / tracking.METRICS_FILE) if chief else None
     return TrainContext(tf=tf, keras=keras, cfg=cfg, plan=plan, strategy=strategy, model=model, optimizer=optimizer,
                         arrays=arrays, job_dir=job_dir, logger=logger, chief=chief, uri=uri, run_id=run_id)
 
@@ -81,25 +81,20 @@ def train(ctx: TrainContext) -> Dict[str, float]:
 
 
 def save_outputs(ctx: TrainContext) -> None:
-    """The chief saves the final model and logs it and the checkpoints as artifacts."""
-    if not ctx.chief:
-        return
-    paths = []
-    if ctx.cfg.tracking.log_model:
-        model_path = ctx.job_dir / "model.keras"
-        ctx.model.save(str(model_path))
-        tracking.log_artifacts(ctx.uri, ctx.run_id, [model_path], "model")
-    checkpoints = ctx.job_dir / "checkpoints"
-    if checkpoints.is_dir() and any(checkpoints.iterdir()):
-        paths.append(checkpoints)
-    tracking.log_artifacts(ctx.uri, ctx.run_id, paths, "checkpoints")
+    """The chief saves the final model; the Hydra process logs it and the checkpoints as artifacts."""
+    if ctx.chief and ctx.cfg.tracking.log_model:
+        ctx.model.save(str(ctx.job_dir / "model.keras"))
 
 
-def run(cfg, plan: Plan, job_dir: Path, uri: str, run_id: str, chief: bool) -> Dict[str, float]:
+def run(cfg, plan: Plan, job_dir: Path, uri: str, run_id: Optional[str], chief: bool) -> Dict[str, float]:
     """Trains as cfg says; returns the final epoch's metrics."""
     tf = start_tensorflow(cfg)
     strategy = build_strategy(tf, cfg, plan)
     ctx = build_context(tf, cfg, plan, strategy, job_dir, uri, run_id, chief)
     final = train(ctx)
+    if ctx.logger is not None:  # the run's summary figures, at the last epoch's step
+        summary = {k: final[k] for k in ("steady_examples_per_sec", "first_step_s") if k in final}
+        ctx.logger.add(summary, step=len(ctx.history))
+        ctx.logger.flush()
     save_outputs(ctx)
     return final

@@ -6,10 +6,12 @@ task process dies; the chief task logs metrics and artifacts into the run it was
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, TypeVar
@@ -20,9 +22,11 @@ T = TypeVar("T")
 # Params every run carries, whatever its strategy, so the compare view lines runs up.
 SUMMARY_PARAMS = ("strategy", "cross_ops", "communication", "cluster", "model", "dataset", "trainer", "keras",
                   "num_replicas", "global_batch_size", "per_replica_batch_size", "learning_rate", "devices",
-                  "tf_version")
+                  "steps_per_execution", "tf_version")
 # Tag holding the one-line error of a FAILED or KILLED run.
 ERROR_TAG = "xpdist.error"
+# The chief task's metrics, one JSON line per step, relayed to MLflow by the Hydra process.
+METRICS_FILE = "metrics.jsonl"
 # MLflow's own limit on entries per log_batch call.
 _BATCH_LIMIT = 100
 
@@ -98,6 +102,7 @@ def run_params(config: Dict[str, Any], plan: Plan, extra: Optional[Dict[str, Any
         "trainer": config["trainer"]["name"], "keras": plan.keras, "num_replicas": plan.num_replicas,
         "global_batch_size": plan.global_batch_size, "per_replica_batch_size": plan.per_replica_batch_size,
         "learning_rate": plan.learning_rate, "devices": ",".join(plan.devices) or "none",
+        "steps_per_execution": plan.steps_per_execution,
         "tf_version": tf_version(),
     })
     params.update(extra or {})
@@ -176,6 +181,81 @@ class MetricLogger:
         while self._buffer:
             chunk, self._buffer = self._buffer[:1000], self._buffer[1000:]
             retry(self._client.log_batch, self._run_id, metrics=chunk)
+
+
+class MetricFile:
+    """The task's metric logger: appends metrics to <job dir>/metrics.jsonl, one JSON line each.
+
+    The task process never imports MLflow (its import and store open took about 3 s here,
+    all of it before training could start); the Hydra process, which holds the run, relays
+    the lines to MLflow while training runs (MetricRelay). add() only buffers; flush() (at
+    each epoch end) appends the buffered lines with one write.
+    """
+
+    def __init__(self, path: Path):
+        self._path = Path(path)
+        self._lines: List[str] = []
+
+    def add(self, metrics: Dict[str, float], step: int) -> None:
+        now = int(time.time() * 1000)
+        self._lines.append(json.dumps({"step": int(step), "timestamp": now,
+                                       "metrics": {k: float(v) for k, v in metrics.items()}}))
+
+    def flush(self) -> None:
+        lines, self._lines = self._lines, []  # swapped first: add() may run on a callback thread
+        if lines:
+            with open(self._path, "a") as out:
+                out.write("\n".join(lines) + "\n")
+
+
+class MetricRelay(threading.Thread):
+    """Logs the lines a task appends to its metrics file into the MLflow run, in batches.
+
+    Runs in the Hydra process beside the task; stop() logs whatever is left.
+    """
+
+    def __init__(self, uri: str, run_id: str, path: Path, interval_s: float = 1.0):
+        super().__init__(name="xpdist-metric-relay", daemon=True)
+        self._client = client(uri)
+        self._run_id = run_id
+        self._path = Path(path)
+        self._interval_s = interval_s
+        self._offset = 0
+        self._halt = threading.Event()
+        self.error: Optional[BaseException] = None
+
+    def run(self) -> None:
+        while not self._halt.wait(self._interval_s):
+            try:
+                self.relay()
+            except Exception as err:  # kept for stop(), which tries once more and raises
+                self.error = err
+
+    def stop(self) -> None:
+        """Stops polling and relays the rest of the file."""
+        self._halt.set()
+        if self.is_alive():
+            self.join()
+        self.relay()
+
+    def relay(self) -> None:
+        from mlflow.entities import Metric
+
+        if not self._path.exists():
+            return
+        with open(self._path, "rb") as lines:
+            lines.seek(self._offset)
+            data = lines.read()
+        complete = data[:data.rfind(b"\n") + 1]  # a line still being written waits for the next poll
+        if not complete:
+            return
+        metrics = []
+        for line in complete.decode().splitlines():
+            entry = json.loads(line)
+            metrics += [Metric(k, v, entry["timestamp"], entry["step"]) for k, v in entry["metrics"].items()]
+        for start in range(0, len(metrics), 1000):  # MLflow's limit per log_batch
+            retry(self._client.log_batch, self._run_id, metrics=metrics[start:start + 1000])
+        self._offset += len(complete)
 
 
 def ui_command(uri: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -20,11 +21,18 @@ class TrainContext:
     optimizer: Any
     arrays: Any
     job_dir: Path
-    logger: Optional[Any]  # tracking.MetricLogger on the chief, None elsewhere
+    logger: Optional[Any]  # tracking.MetricFile on the chief, None elsewhere
     chief: bool
     uri: str
-    run_id: str
+    run_id: Optional[str]  # None until the Hydra process has created the run; the task needs it not
     history: List[Dict[str, float]] = field(default_factory=list)
+    # time.time() when the first training step (or execution of steps) had finished.
+    first_step_at: Optional[float] = None
+
+    def step_done(self) -> None:
+        """Called after every training call; remembers when the first one finished."""
+        if self.first_step_at is None:
+            self.first_step_at = time.time()
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -77,4 +85,14 @@ def final_metrics(ctx: TrainContext) -> Dict[str, float]:
     # The first epoch includes tracing; steady-state throughput is the median of the others.
     rates = sorted(h["examples_per_sec"] for h in ctx.history[1:]) or [last["examples_per_sec"]]
     last["steady_examples_per_sec"] = rates[len(rates) // 2]
+    if ctx.first_step_at is not None:
+        # Start-up cost as a user feels it: from the task process's start to one finished step.
+        last["first_step_s"] = ctx.first_step_at - process_started_at()
     return last
+
+
+def process_started_at() -> float:
+    """When this process started, as time.time() (from the kernel's process table)."""
+    import psutil
+
+    return psutil.Process().create_time()

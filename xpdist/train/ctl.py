@@ -23,7 +23,7 @@ class _Loop:
         self.metric_name = spec["metrics"][0].name
         self.classification = ctx.arrays.kind == "classification"
         self.global_batch = ctx.plan.global_batch_size
-        self.spe = int(ctx.cfg.trainer.steps_per_execution)
+        self.spe = ctx.plan.steps_per_execution
         self.train_step = tf.function(self._train_steps, jit_compile=bool(ctx.cfg.trainer.jit_compile) or None)
         self.eval_step = tf.function(self._eval_step)
         self.SUM = tf.distribute.ReduceOp.SUM
@@ -102,6 +102,7 @@ def train(ctx: TrainContext) -> Dict[str, float]:
             loss_total, metric_total = loop.train_step(iterator, tf.constant(ran))
             done += ran
             loss_sum += float(loss_total)
+            ctx.step_done()
             metric_sum += float(metric_total)
             if ctx.logger is not None and cfg.trainer.log_every_n_steps and done % cfg.trainer.log_every_n_steps < ran:
                 ctx.logger.add({"batch_loss": float(loss_total) / ran}, step=epoch * steps + done)

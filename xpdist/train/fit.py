@@ -26,16 +26,32 @@ def _callbacks(ctx: TrainContext):
             if self._train_s is None:
                 self._train_s = time.perf_counter() - self._start
 
-        def on_train_batch_end(self, batch, logs=None):
-            if every and ctx.logger is not None:
-                step = self._epoch * steps + batch + 1
-                if step % every == 0:
-                    ctx.logger.add({"batch_loss": float(logs["loss"])}, step=step)  # buffered, no I/O
-
         def on_epoch_end(self, epoch, logs=None):
             total = time.perf_counter() - self._start
             train_s = self._train_s or total
             record_epoch(ctx, epoch + 1, logs or {}, train_s, total, steps)
+
+    # Keras 3 runs batch hooks on a worker thread only when every callback that has one is
+    # async_safe; otherwise it turns the logs into Python numbers after every step, waiting
+    # for the device. Both hooks below only append to lists.
+    class FirstStep(keras.callbacks.Callback):
+        """Notes when the first training call has ended (the first_step_s metric)."""
+
+        async_safe = True
+
+        def on_train_batch_end(self, batch, logs=None):
+            ctx.step_done()
+
+    class StepLoss(MlflowEpochs):
+        """Buffers batch_loss every trainer.log_every_n_steps steps (written at epoch end)."""
+
+        async_safe = True
+
+        def on_train_batch_end(self, batch, logs=None):
+            if ctx.logger is not None:
+                step = self._epoch * steps + batch + 1
+                if step % every == 0:
+                    ctx.logger.add({"batch_loss": float(logs["loss"])}, step=step)
 
     class Checkpoints(keras.callbacks.Callback):
         def __init__(self, manager):
@@ -45,7 +61,7 @@ def _callbacks(ctx: TrainContext):
         def on_epoch_end(self, epoch, logs=None):
             self._manager.save(checkpoint_number=epoch + 1)
 
-    callbacks = [MlflowEpochs()]
+    callbacks = [StepLoss() if every else MlflowEpochs(), FirstStep()]
     _, manager = checkpoint_manager(ctx)
     if manager is not None:
         callbacks.append(Checkpoints(manager))
@@ -61,7 +77,7 @@ def train(ctx: TrainContext) -> Dict[str, float]:
     with ctx.strategy.scope():  # metric variables too: tf-keras refuses metrics made outside it
         spec = loss_and_metrics(ctx.keras, arrays.kind)
         ctx.model.compile(optimizer=ctx.optimizer, loss=spec["loss"], metrics=spec["metrics"],
-                          steps_per_execution=cfg.trainer.steps_per_execution, jit_compile=cfg.trainer.jit_compile)
+                          steps_per_execution=plan.steps_per_execution, jit_compile=cfg.trainer.jit_compile)
     train_ds = global_batches(tf, arrays.x_train, arrays.y_train, cfg, plan, training=True)
     val_ds = None
     if plan.validation_steps:

@@ -1,0 +1,389 @@
+"""Benchmarks xpdist against the hand-written script it replaces.
+
+The same training (model, data, epochs, seed, strategy) runs three ways, each in a fresh
+process, repetitions interleaved so that machine noise hits every way alike:
+
+  xpdist         python -m xpdist <overrides>        (MLflow run, checkpoints, model artifact)
+  script+mlflow  scripts/bench_baseline.py           (the guide's Model.fit, logging to MLflow)
+  script         scripts/bench_baseline.py --no-mlflow
+
+It reports medians of whole-process wall time, time to the first training step (from the
+launch of the command), steady-state examples/sec (median of epochs 2.., training time only)
+and peak memory (largest process, from wait4's rusage, which covers the task processes
+xpdist starts; and the peak sum over every live process of the run, sampled with psutil),
+plus the cost of per-step metric logging (xpdist trainer.log_every_n_steps=1 against 0).
+It writes <out>/bench.json and <out>/bench.md.
+
+    python scripts/bench.py                 # everything, 5 repetitions
+    python scripts/bench.py --reps 3 --workloads cnn --strategies one_device mirrored-auto
+    python scripts/bench.py --quick         # smoke test: tiny workloads, 1 repetition
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+BASELINE = REPO / "scripts" / "bench_baseline.py"
+WAYS = ("xpdist", "script+mlflow", "script")
+# Extra xpdist way for the logging measurement: the same run with a metric logged every step.
+LOGGED = "xpdist+step-log"
+# Targets of issue 5, checked here rather than in timed tests.
+MAX_WALL_OVERHEAD_S = 1.5
+MAX_STEP_LOG_COST_PCT = 2.0
+CNN_SPEEDUP = 1.2
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    xpdist: List[str]
+    script: List[str]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    xpdist: List[str]
+    script: List[str]
+    workers: int = 1
+
+
+def workloads(quick: bool) -> Dict[str, Workload]:
+    """The guide's linear example, and a small CNN whose steps take milliseconds."""
+    linear_epochs = 2 if quick else 5
+    cnn = dict(examples=256 if quick else 1024, epochs=2 if quick else 3)
+    return {
+        "linear": Workload("linear", ["model=linear", "dataset=synthetic_regression", f"trainer.epochs={linear_epochs}"],
+                           ["--model", "linear", "--dataset", "synthetic_regression", "--epochs", str(linear_epochs)]),
+        "cnn": Workload("cnn", ["model=cnn", "model.filters=[16,32]", "dataset=synthetic_images",
+                                "dataset.image_shape=[16,16,3]", f"dataset.num_examples={cnn['examples']}",
+                                f"trainer.epochs={cnn['epochs']}"],
+                        ["--model", "cnn", "--filters", "16", "32", "--dataset", "synthetic_images", "--image-size",
+                         "16", "--num-examples", str(cnn["examples"]), "--epochs", str(cnn["epochs"])]),
+    }
+
+
+def strategies() -> Dict[str, Strategy]:
+    found = {"one_device": Strategy("one_device", ["strategy=one_device"], ["--strategy", "one_device"])}
+    for ops in ("auto", "hierarchical", "reduction_to_one_device"):
+        found[f"mirrored-{ops}"] = Strategy(
+            f"mirrored-{ops}", ["strategy=mirrored", f"cross_ops={ops}", "devices.logical_cpus=2"],
+            ["--strategy", "mirrored", "--cross-ops", ops, "--logical-cpus", "2"])
+    found["central_storage"] = Strategy("central_storage", ["strategy=central_storage", "devices.logical_cpus=2"],
+                                        ["--strategy", "central_storage", "--logical-cpus", "2"])
+    found["multi_worker_mirrored"] = Strategy(
+        "multi_worker_mirrored", ["strategy=multi_worker_mirrored", "cluster=localhost", "cluster.workers=2"],
+        ["--strategy", "multi_worker_mirrored"], workers=2)
+    return found
+
+
+def unavailable(strategy: Strategy) -> Optional[str]:
+    """Why xpdist cannot run this strategy in this checkout (None if it can)."""
+    if "cluster=localhost" in strategy.xpdist and not (REPO / "conf" / "cluster" / "localhost.yaml").exists():
+        return "cluster=localhost is not available in this checkout (issue 4); multi_worker_mirrored skipped"
+    return None
+
+
+@dataclass
+class Measure:
+    way: str
+    workload: str
+    strategy: str
+    rep: int
+    ok: bool = False
+    wall_s: float = float("nan")
+    first_step_s: float = float("nan")
+    steady_examples_per_sec: float = float("nan")
+    peak_rss_mb: float = float("nan")
+    peak_total_rss_mb: float = float("nan")
+    error: str = ""
+    log: str = ""
+
+
+class TreeSampler(threading.Thread):
+    """Samples the summed RSS of some processes and all their descendants."""
+
+    def __init__(self, pids: List[int], interval_s: float = 0.2):
+        super().__init__(daemon=True)
+        self.roots = [psutil.Process(pid) for pid in pids]
+        self.interval_s = interval_s
+        self.peak = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            total = 0
+            for root in self.roots:
+                try:
+                    procs = [root] + root.children(recursive=True)
+                except psutil.Error:
+                    continue
+                for proc in procs:
+                    try:
+                        total += proc.memory_info().rss
+                    except psutil.Error:
+                        pass
+            self.peak = max(self.peak, total)
+            self.done.wait(self.interval_s)
+
+
+def free_ports(n: int) -> List[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def run_processes(cmds: List[List[str]], envs: List[dict], cwd: Path, log: Path, timeout_s: float):
+    """Starts the commands at once; returns (launched_at, wall_s, exit codes, max rss MB, peak total MB)."""
+    launched_at = time.time()
+    start = time.perf_counter()
+    with open(log, "w") as out:
+        procs = [subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+                 for cmd, env in zip(cmds, envs)]
+        sampler = TreeSampler([p.pid for p in procs])
+        sampler.start()
+        codes, maxrss = [], 0
+        deadline = start + timeout_s
+        for proc in procs:
+            # wait4's rusage covers the process and every descendant it waited for (xpdist's tasks).
+            while True:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    break
+                if time.perf_counter() > deadline:
+                    for p in procs:
+                        p.kill()
+                    pid, status, usage = os.wait4(proc.pid, 0)
+                    break
+                time.sleep(0.02)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            codes.append(proc.returncode)
+            maxrss = max(maxrss, usage.ru_maxrss)
+        wall = time.perf_counter() - start
+        sampler.done.set()
+        sampler.join()
+    return launched_at, wall, codes, maxrss / 1024.0, sampler.peak / 2 ** 20
+
+
+def base_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    for name in ("MLFLOW_TRACKING_URI", "TF_CONFIG", "MLFLOW_RUN_ID"):
+        env.pop(name, None)
+    return env
+
+
+def run_xpdist(m: Measure, overrides: List[str], work: Path, timeout_s: float) -> None:
+    job_dir = work / "jobs" / f"{m.workload}-{m.strategy}-{m.way}-{m.rep}"
+    cmd = [sys.executable, "-m", "xpdist", *overrides, f"hydra.run.dir={job_dir}"]
+    launched_at, m.wall_s, codes, m.peak_rss_mb, m.peak_total_rss_mb = run_processes(
+        [cmd], [base_env()], work / "xpdist", Path(m.log), timeout_s)
+    result_path = job_dir / "result.json"
+    result = json.loads(result_path.read_text()) if result_path.exists() else {}
+    metrics = result.get("metrics", {})
+    m.ok = codes == [0] and result.get("status") == "FINISHED"
+    m.error = "" if m.ok else f"exit {codes}, result {result.get('status')}: {result.get('error', '')}"
+    m.steady_examples_per_sec = metrics.get("steady_examples_per_sec", float("nan"))
+    if "first_step_s" in metrics and "started_at" in result:
+        m.first_step_s = result["started_at"] + metrics["first_step_s"] - launched_at
+
+
+def run_script(m: Measure, args: List[str], strategy: Strategy, work: Path, timeout_s: float) -> None:
+    cmd = [sys.executable, str(BASELINE), *args]
+    if m.way == "script":
+        cmd.append("--no-mlflow")
+    else:
+        cmd += ["--tracking-uri", f"sqlite:///{work / 'script' / 'mlflow.db'}"]
+    envs = [base_env()]
+    if strategy.workers > 1:
+        hosts = [f"localhost:{p}" for p in free_ports(strategy.workers)]
+        envs = []
+        for index in range(strategy.workers):
+            env = base_env()
+            env["TF_CONFIG"] = json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}})
+            envs.append(env)
+    launched_at, m.wall_s, codes, m.peak_rss_mb, m.peak_total_rss_mb = run_processes(
+        [cmd] * len(envs), envs, work / "script", Path(m.log), timeout_s)
+    lines = [line for line in Path(m.log).read_text().splitlines() if line.startswith("BENCH_RESULT ")]
+    result = json.loads(lines[-1].split(" ", 1)[1]) if lines else {}
+    m.ok = all(c == 0 for c in codes) and bool(result)
+    m.error = "" if m.ok else f"exit {codes}, no BENCH_RESULT line" if not result else f"exit {codes}"
+    m.steady_examples_per_sec = result.get("steady_examples_per_sec", float("nan"))
+    if result.get("first_step_at"):
+        m.first_step_s = result["first_step_at"] - launched_at
+
+
+def prepare_stores(work: Path) -> None:
+    """Creates both MLflow stores before timing: a user's store exists after their first run."""
+    from mlflow.tracking import MlflowClient
+
+    for way in ("xpdist", "script"):
+        (work / way).mkdir(parents=True, exist_ok=True)
+        MlflowClient(tracking_uri=f"sqlite:///{work / way / 'mlflow.db'}").search_experiments()
+
+
+def median(values: List[float]) -> float:
+    values = [v for v in values if v == v]  # drop NaN
+    return statistics.median(values) if values else float("nan")
+
+
+def summarize(measures: List[Measure]) -> Dict[str, Dict[str, Dict[str, float]]]:
+    """{workload/strategy: {way: {metric: median, runs, failed}}}."""
+    table: Dict[str, Dict[str, Dict[str, float]]] = {}
+    keys = ("wall_s", "first_step_s", "steady_examples_per_sec", "peak_rss_mb", "peak_total_rss_mb")
+    for m in measures:
+        table.setdefault(f"{m.workload}/{m.strategy}", {}).setdefault(m.way, {"runs": 0, "failed": 0})
+    for case, ways in table.items():
+        for way, row in ways.items():
+            mine = [m for m in measures if f"{m.workload}/{m.strategy}" == case and m.way == way]
+            good = [m for m in mine if m.ok]
+            row["runs"], row["failed"] = len(mine), len(mine) - len(good)
+            for key in keys:
+                row[key] = median([getattr(m, key) for m in good])
+    return table
+
+
+def checks(table) -> List[dict]:
+    """The issue's targets, one entry per case and target, with the figure."""
+    out = []
+    for case, ways in table.items():
+        x, script, scripted = ways.get("xpdist"), ways.get("script"), ways.get("script+mlflow")
+        if not x or not script or not scripted:
+            continue
+        best = max(script["steady_examples_per_sec"], scripted["steady_examples_per_sec"])
+        ratio = x["steady_examples_per_sec"] / best
+        out.append(dict(case=case, target="steady examples/sec >= hand-written script's",
+                        figure=f"{ratio:.2f}x", met=ratio >= 1.0))
+        extra = x["wall_s"] - script["wall_s"]
+        out.append(dict(case=case, target=f"wall time <= script without MLflow + {MAX_WALL_OVERHEAD_S} s",
+                        figure=f"{extra:+.1f} s", met=extra <= MAX_WALL_OVERHEAD_S))
+        if case.startswith("cnn/"):
+            speedup = x["steady_examples_per_sec"] / scripted["steady_examples_per_sec"]
+            out.append(dict(case=case, target=f"cnn: defaults >= {CNN_SPEEDUP}x the guide-style script",
+                            figure=f"{speedup:.2f}x", met=speedup >= CNN_SPEEDUP))
+        logged = ways.get(LOGGED)
+        if logged:
+            cost = (x["steady_examples_per_sec"] / logged["steady_examples_per_sec"] - 1.0) * 100
+            out.append(dict(case=case, target=f"per-step logging < {MAX_STEP_LOG_COST_PCT}% of step time",
+                            figure=f"{cost:+.1f}%", met=cost < MAX_STEP_LOG_COST_PCT))
+    return out
+
+
+def fmt(value: float, digits: int = 1) -> str:
+    return "n/a" if value != value else f"{value:,.{digits}f}"
+
+
+def markdown(table, targets: List[dict], meta: dict, skipped: List[str]) -> str:
+    lines = [f"Medians of {meta['reps']} interleaved repetition(s), each a fresh process; "
+             f"{meta['machine']}. Command: `{meta['command']}`", "",
+             "| workload / strategy | way | wall s | first step s | steady ex/s | peak RSS MB (largest / all) | runs (failed) |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for case, ways in table.items():
+        for way in (*WAYS, LOGGED):
+            if way in ways:
+                r = ways[way]
+                lines.append(f"| {case} | {way} | {fmt(r['wall_s'])} | {fmt(r['first_step_s'])} | "
+                             f"{fmt(r['steady_examples_per_sec'], 0)} | {fmt(r['peak_rss_mb'], 0)} / "
+                             f"{fmt(r['peak_total_rss_mb'], 0)} | {r['runs']} ({r['failed']}) |")
+    lines += ["", "| workload / strategy | target | figure | met |", "|---|---|---:|:---:|"]
+    lines += [f"| {t['case']} | {t['target']} | {t['figure']} | {'yes' if t['met'] else 'NO'} |" for t in targets]
+    lines += [f"\nSkipped: {s}" for s in skipped]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Benchmark xpdist against a hand-written tf.distribute script.")
+    p.add_argument("--reps", type=int, default=5, help="repetitions of every way and case (default 5)")
+    p.add_argument("--workloads", nargs="+", choices=("linear", "cnn"), default=["linear", "cnn"])
+    p.add_argument("--strategies", nargs="+", choices=list(strategies()), default=list(strategies()))
+    p.add_argument("--log-cost-cases", nargs="*", default=["cnn/one_device", "linear/one_device"],
+                   help="cases also run with trainer.log_every_n_steps=1 (per-step logging cost)")
+    p.add_argument("--out", type=Path, default=REPO / "bench-results", help="folder for bench.json and bench.md")
+    p.add_argument("--quick", action="store_true", help="smoke test: tiny workloads, 1 repetition, no warm-up")
+    p.add_argument("--no-warmup", action="store_true", help="skip the untimed first run of each way")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds before one run is killed")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.reps, args.no_warmup = 1, True
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    loads, strats = workloads(args.quick), strategies()
+    work = Path(tempfile.mkdtemp(prefix="xpdist-bench-"))
+    (args.out / "logs").mkdir(parents=True, exist_ok=True)
+    prepare_stores(work)
+    skipped, cases = [], []
+    for name in args.strategies:
+        reason = unavailable(strats[name])
+        if reason:
+            print(f"bench: note: {reason}", flush=True)
+            skipped.append(reason)
+            continue
+        cases += [(loads[w], strats[name]) for w in args.workloads]
+
+    def one(workload: Workload, strategy: Strategy, way: str, rep: int) -> Measure:
+        m = Measure(way, workload.name, strategy.name, rep)
+        m.log = str(args.out / "logs" / f"{workload.name}-{strategy.name}-{way}-{rep}.log".replace("+", "_"))
+        if way.startswith("xpdist"):
+            extra = ["trainer.log_every_n_steps=1"] if way == LOGGED else []
+            run_xpdist(m, workload.xpdist + strategy.xpdist + extra, work, args.timeout)
+        else:
+            run_script(m, workload.script + strategy.script, strategy, work, args.timeout)
+        state = "ok" if m.ok else f"FAILED ({m.error}; log {m.log})"
+        print(f"bench: {workload.name}/{strategy.name} {way} #{rep}: wall {fmt(m.wall_s)} s, first step "
+              f"{fmt(m.first_step_s)} s, steady {fmt(m.steady_examples_per_sec, 0)} ex/s, "
+              f"peak {fmt(m.peak_rss_mb, 0)} MB - {state}", flush=True)
+        return m
+
+    if not args.no_warmup and cases:  # page TF and MLflow into the file cache; not counted
+        for way in WAYS:
+            one(*cases[0], way, -1)
+    measures: List[Measure] = []
+    for rep in range(args.reps):
+        for i, (workload, strategy) in enumerate(cases):
+            ways = list(WAYS)
+            if f"{workload.name}/{strategy.name}" in args.log_cost_cases:
+                ways.append(LOGGED)
+            shift = (rep + i) % len(ways)  # rotate the order so no way always runs first
+            for way in ways[shift:] + ways[:shift]:
+                measures.append(one(workload, strategy, way, rep))
+
+    table = summarize(measures)
+    targets = checks(table)
+    meta = {"reps": args.reps, "quick": args.quick, "command": " ".join(["python", "scripts/bench.py", *(argv or sys.argv[1:])]),
+            "machine": f"{platform.node()}, {psutil.cpu_count()} CPUs, load average "
+                       f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end",
+            "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    report = {"meta": meta, "summary": table, "targets": targets, "skipped": skipped,
+              "runs": [asdict(m) for m in measures]}
+    (args.out / "bench.json").write_text(json.dumps(report, indent=2))
+    text = markdown(table, targets, meta, skipped)
+    (args.out / "bench.md").write_text(text)
+    print(text)
+    return 0 if all(m.ok for m in measures) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
