@@ -1,0 +1,3 @@
+from xpdist.report import cli
+
+cli()

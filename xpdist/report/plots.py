@@ -1,0 +1,100 @@
+"""The report's PNG plots (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+from xpdist.report.runs import BASELINE_STRATEGY, Row, unique_labels
+
+_LOSS_LABELS = {"loss": "training loss", "val_loss": "validation loss"}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: CI and SSH sessions have no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> Path:
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    _pyplot().close(fig)
+    return path
+
+
+def plot_losses(rows: Sequence[Row], path: Path) -> Path | None:
+    """Training and validation loss per epoch, one line per run; None if no run logged a loss."""
+    metrics = [m for m in _LOSS_LABELS if any(r.history.get(m) for r in rows)]
+    if not metrics:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 4.5), squeeze=False)
+    labels = unique_labels(rows)
+    for ax, metric in zip(axes[0], metrics):
+        for label, row in zip(labels, rows):
+            points = row.history.get(metric)
+            if points:
+                ax.plot([s for s, _ in points], [v for _, v in points], marker="o", label=label)
+        ax.set_title(f"{_LOSS_LABELS[metric].capitalize()} per epoch")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(f"{_LOSS_LABELS[metric]} (the model's loss function, unitless)")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(title="run", loc="upper left", bbox_to_anchor=(1.02, 1), fontsize="small")
+    return _save(fig, path)
+
+
+def _bars(rows: Sequence[Row], values: List[float], title: str, xlabel: str, fmt: str, path: Path,
+          ideal: float | None = None) -> Path:
+    """Horizontal bars, one per run, coloured by strategy, each with its value written beside it."""
+    plt = _pyplot()
+    labels = unique_labels(rows)
+    strategies = sorted({r.strategy for r in rows})
+    colours = {s: plt.get_cmap("tab10")(i % 10) for i, s in enumerate(strategies)}
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * len(rows)))
+    positions = range(len(rows))[::-1]  # first run on top
+    ax.barh(list(positions), values, color=[colours[r.strategy] for r in rows])
+    ax.set_yticks(list(positions), labels)
+    for y, value in zip(positions, values):
+        ax.annotate(fmt.format(value), (value, y), xytext=(3, 0), textcoords="offset points", va="center",
+                    fontsize="small")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[s]) for s in strategies]
+    names = list(strategies)
+    if ideal is not None:
+        handles.append(ax.axvline(ideal, color="black", linestyle="--", linewidth=1))
+        names.append(f"ideal ({ideal:.1f})")
+    ax.legend(handles, names, title="strategy", loc="upper left", bbox_to_anchor=(1.02, 1), fontsize="small")
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("run")
+    ax.margins(x=0.15)
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_throughput(rows: Sequence[Row], path: Path) -> Path | None:
+    shown = [r for r in rows if r.examples_per_sec is not None]
+    if not shown:
+        return None
+    return _bars(shown, [r.examples_per_sec for r in shown], "Training throughput per run",
+                 "examples/sec (median over epochs after the first)", "{:,.0f}", path)
+
+
+def plot_scaling(rows: Sequence[Row], path: Path) -> Path | None:
+    """Scaling efficiency against one_device; None when no run has a one_device baseline."""
+    shown = [r for r in rows if r.scaling_efficiency is not None]
+    if not shown:
+        return None
+    return _bars(shown, [r.scaling_efficiency for r in shown], f"Scaling efficiency against {BASELINE_STRATEGY}",
+                 "efficiency = (examples/sec ÷ replicas) ÷ one_device examples/sec", "{:.2f}", path, ideal=1.0)
+
+
+def write_plots(rows: Sequence[Row], out_dir: Path) -> Dict[str, Path]:
+    """All plots that the runs have data for, by name."""
+    made = {"loss": plot_losses(rows, out_dir / "loss.png"),
+            "examples_per_sec": plot_throughput(rows, out_dir / "examples_per_sec.png"),
+            "scaling_efficiency": plot_scaling(rows, out_dir / "scaling_efficiency.png")}
+    return {name: path for name, path in made.items() if path is not None}
