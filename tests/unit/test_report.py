@@ -1,0 +1,216 @@
+"""xpdist.report against a real temporary MLflow store (written with MlflowClient) and, marked
+slow, against the runs of a real sweep."""
+
+from __future__ import annotations
+
+import csv
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from xpdist import tracking
+from xpdist.report import build, main
+from xpdist.report.runs import Row, row_from_run, unique_labels
+
+REPO = Path(__file__).resolve().parents[2]
+PLOTS = {"loss.png", "examples_per_sec.png", "scaling_efficiency.png"}
+# Per-epoch metrics of the sweep's children: (strategy, replicas, loss, val_loss, examples/sec).
+SWEEP = [("one_device", 1, [0.9, 0.5, 0.3], [1.0, 0.6, 0.4], [100.0, 200.0, 220.0]),
+         ("mirrored", 2, [0.8, 0.4, 0.25], [0.9, 0.5, 0.35], [150.0, 300.0, 340.0]),
+         ("central_storage", 2, [0.85, 0.45, 0.2], [0.95, 0.55, 0.3], [120.0, 250.0, 230.0])]
+
+
+def _log_run(client, experiment_id, name, strategy, replicas, losses, val_losses, rates, parent=None,
+             status="FINISHED", error=None):
+    from mlflow.entities import Metric, Param
+
+    tags = {"xpdist.wall_time_s": f"{30 + replicas:.2f}"}
+    if parent:
+        tags["mlflow.parentRunId"] = parent
+    if error:
+        tags[tracking.ERROR_TAG] = error
+    run = client.create_run(experiment_id, run_name=name, tags=tags)
+    params = {"strategy": strategy, "cross_ops": "auto" if strategy == "mirrored" else "none",
+              "communication": "none", "num_replicas": str(replicas), "global_batch_size": str(16 * replicas)}
+    metrics = []
+    for epoch, (loss, val, rate) in enumerate(zip(losses, val_losses, rates), start=1):
+        metrics += [Metric("loss", loss, epoch, epoch), Metric("val_loss", val, epoch, epoch),
+                    Metric("examples_per_sec", rate, epoch, epoch)]
+    client.log_batch(run.info.run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()])
+    client.set_terminated(run.info.run_id, status)
+    return run.info.run_id
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A store with one finished 3-run sweep and one FAILED run outside it, in experiment xpdist."""
+    root = tmp_path_factory.mktemp("store")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    client = tracking.client(uri)
+    experiment_id = tracking.ensure_experiment(client, "xpdist", uri)
+    parent = client.create_run(experiment_id, run_name="sweep-test", tags={"xpdist.sweep": "true"}).info.run_id
+    children = [_log_run(client, experiment_id, f"{i}-{s}-{r}r", s, r, l, v, e, parent=parent)
+                for i, (s, r, l, v, e) in enumerate(SWEEP)]
+    client.set_terminated(parent, "FINISHED")
+    failed = _log_run(client, experiment_id, "lonely-mirrored", "mirrored", 2, [0.7], [0.8], [90.0],
+                      status="FAILED", error="TaskError: worker 1 died")
+    return {"uri": uri, "client": client, "parent": parent, "children": children, "failed": failed,
+            "experiment_id": experiment_id}
+
+
+def _csv(path: Path) -> list:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def _assert_png(path: Path) -> None:
+    with Image.open(path) as image:
+        image.verify()  # raises on a truncated or corrupt file
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.width > 300 and image.height > 150
+
+
+def test_sweep_report_tables_plots_and_artifacts(store, tmp_path):
+    report = build(store["uri"], tmp_path / "out", sweep=store["parent"])
+
+    rows = _csv(tmp_path / "out" / "report.csv")
+    assert [r["run_id"] for r in rows] == store["children"]
+    assert [r["strategy"] for r in rows] == ["one_device", "mirrored", "central_storage"]
+    assert [r["replicas"] for r in rows] == ["1", "2", "2"]
+    assert [r["global_batch"] for r in rows] == ["16", "32", "32"]
+    assert [r["cross_ops"] for r in rows] == ["none", "auto", "none"]
+    assert [float(r["loss"]) for r in rows] == [0.3, 0.25, 0.2]  # the last epoch's
+    assert [float(r["val_loss"]) for r in rows] == [0.4, 0.35, 0.3]
+    # Steady state: median over epochs 2.. (epoch 1 includes tracing).
+    assert [float(r["examples_per_sec"]) for r in rows] == [210.0, 320.0, 240.0]
+    # (examples/sec / replicas) / one_device's examples/sec
+    assert [float(r["scaling_efficiency"]) for r in rows] == pytest.approx([1.0, 160 / 210, 120 / 210], rel=1e-5)
+    assert [r["wall_time_s"] for r in rows] == ["31", "32", "32"]
+    assert {r["status"] for r in rows} == {"FINISHED"}
+
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "| 1-mirrored-2r | mirrored | auto | none | 2 | 32 | 0.25 | 0.35 | 320 | 0.76 | 32.0 | FINISHED |" in markdown
+    for plot in PLOTS:
+        _assert_png(tmp_path / "out" / plot)
+        assert f"]({plot})" in markdown
+    assert "compare-runs?runs=" in markdown
+
+    # The same files, as artifacts of the sweep's parent run.
+    assert report.parent_run_id == store["parent"]
+    client = store["client"]
+    logged = {Path(a.path).name for a in client.list_artifacts(store["parent"], "report")}
+    assert logged == PLOTS | {"report.md", "report.csv"}
+    fetched = client.download_artifacts(store["parent"], "report/report.csv", str(tmp_path))
+    assert Path(fetched).read_text() == (tmp_path / "out" / "report.csv").read_text()
+
+
+def test_experiment_report_includes_failed_runs_and_not_the_parent(store, tmp_path):
+    report = build(store["uri"], tmp_path, experiment="xpdist")
+
+    rows = _csv(tmp_path / "report.csv")
+    assert [r["run_id"] for r in rows] == store["children"] + [store["failed"]]
+    assert rows[-1]["status"] == "FAILED"
+    # Outside the sweep, so no one_device baseline of its own.
+    assert rows[-1]["scaling_efficiency"] == ""
+    assert report.parent_run_id is None
+    assert "- lonely-mirrored (FAILED): TaskError: worker 1 died" in (tmp_path / "report.md").read_text()
+
+
+def test_run_list_without_baseline_has_no_scaling_plot(store, tmp_path):
+    picked = store["children"][1:]
+    build(store["uri"], tmp_path, run_ids=picked)
+
+    rows = _csv(tmp_path / "report.csv")
+    assert [r["run_id"] for r in rows] == picked
+    assert all(r["scaling_efficiency"] == "" for r in rows)
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["examples_per_sec.png", "loss.png"]
+    assert "No FINISHED one_device run here" in (tmp_path / "report.md").read_text()
+
+
+def test_row_from_run_without_history_uses_last_values(store):
+    """What a caller holding only Run objects (a sweep summary) gets."""
+    row = row_from_run(store["client"].get_run(store["children"][1]))
+    assert (row.strategy, row.replicas, row.loss, row.examples_per_sec) == ("mirrored", 2, 0.25, 340.0)
+    assert row.parent_run_id == store["parent"]
+
+
+def test_labels_tell_apart_runs_of_the_same_name():
+    def row(name, run_id):
+        return Row(name, run_id, "mirrored", "auto", "none", 2, 32, None, None, None, None, "FINISHED")
+
+    assert unique_labels([row("0-a", "aaaaaaaaaa"), row("0-a", "bbbbbbbbbb"), row("1-b", "cc")]) == \
+        ["0-a (aaaaaaaa)", "0-a (bbbbbbbb)", "1-b"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("args, argument", [
+    (["--experiment", "nope"], "--experiment: no experiment named 'nope'. Known: "),
+    (["--runs", "0123456789abcdef"], "--runs: no run with id '0123456789abcdef'"),
+    (["--sweep", "CHILD"], "--sweep: run CHILD has no child runs"),
+    (["--experiment", "xpdist", "--tracking-uri", "sqlite:////nonexistent/mlflow.db"], "--tracking-uri: no MLflow store"),
+    (["--experiment", "xpdist", "--tracking-uri", "http://127.0.0.1:PORT"], "--tracking-uri: cannot read"),
+])
+def test_bad_input_is_one_line_naming_the_argument(store, tmp_path, capsys, monkeypatch, args, argument):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    child = store["children"][0]
+    args = [a.replace("CHILD", child).replace("PORT", str(_free_port())) for a in args]
+    argument = argument.replace("CHILD", child)
+    if "--tracking-uri" not in args:
+        args += ["--tracking-uri", store["uri"]]
+
+    assert main(args + ["--out", str(tmp_path / "out")]) == 2
+
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"xpdist-report: error: {argument}"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_module_entry_point_reads_no_tensorflow(store, tmp_path):
+    code = ("import runpy, sys; sys.argv = ['xpdist-report'] + sys.argv[1:]\n"
+            "try:\n    runpy.run_module('xpdist.report', run_name='__main__')\n"
+            "except SystemExit as e:\n    assert e.code == 0, e.code\n"
+            "assert 'tensorflow' not in sys.modules")
+    done = subprocess.run([sys.executable, "-c", code, "--runs", store["children"][0], "--tracking-uri",
+                           store["uri"], "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"1 runs -> {tmp_path / 'report.md'}" in done.stdout
+
+
+@pytest.mark.slow
+def test_report_on_a_real_sweep(xpdist):
+    done = xpdist.run("strategy=one_device,mirrored", "devices.logical_cpus=2", multirun=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    parent = next(r for r in xpdist.runs() if r.data.tags.get("xpdist.sweep") == "true").info.run_id
+
+    # From the launch directory the default store is ./mlflow.db, as for `python -m xpdist`.
+    report = subprocess.run([sys.executable, "-m", "xpdist.report", "--sweep", parent],
+                            cwd=xpdist.workdir, env=_env(), capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+
+    out = xpdist.workdir / "report"
+    rows = _csv(out / "report.csv")
+    assert [(r["strategy"], r["replicas"], r["status"]) for r in rows] == \
+        [("one_device", "1", "FINISHED"), ("mirrored", "2", "FINISHED")]
+    assert all(float(r["examples_per_sec"]) > 0 and float(r["wall_time_s"]) > 0 for r in rows)
+    assert float(rows[0]["scaling_efficiency"]) == 1.0 and float(rows[1]["scaling_efficiency"]) > 0
+    for plot in PLOTS:
+        _assert_png(out / plot)
+    logged = {Path(a.path).name for a in xpdist.client().list_artifacts(parent, "report")}
+    assert logged == PLOTS | {"report.md", "report.csv"}
+
+
+def _env() -> dict:
+    from conftest import xpdist_env
+
+    return xpdist_env()
