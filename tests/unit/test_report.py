@@ -4,7 +4,6 @@ slow, against the runs of a real sweep."""
 from __future__ import annotations
 
 import csv
-import json
 import socket
 import subprocess
 import sys
@@ -15,18 +14,19 @@ from PIL import Image
 
 from xpdist import tracking
 from xpdist.report import build, main
-from xpdist.report.runs import Row, row_from_run, unique_labels
+from xpdist.report.runs import add_labels, report_row
 
 REPO = Path(__file__).resolve().parents[2]
 PLOTS = {"loss.png", "examples_per_sec.png", "scaling_efficiency.png"}
 # Per-epoch metrics of the sweep's children: (strategy, replicas, loss, val_loss, examples/sec).
+# central_storage also logs steady_examples_per_sec (as xpdist's runner does), which the report prefers.
 SWEEP = [("one_device", 1, [0.9, 0.5, 0.3], [1.0, 0.6, 0.4], [100.0, 200.0, 220.0]),
          ("mirrored", 2, [0.8, 0.4, 0.25], [0.9, 0.5, 0.35], [150.0, 300.0, 340.0]),
          ("central_storage", 2, [0.85, 0.45, 0.2], [0.95, 0.55, 0.3], [120.0, 250.0, 230.0])]
 
 
 def _log_run(client, experiment_id, name, strategy, replicas, losses, val_losses, rates, parent=None,
-             status="FINISHED", error=None):
+             status="FINISHED", error=None, job=None):
     from mlflow.entities import Metric, Param
 
     tags = {"xpdist.wall_time_s": f"{30 + replicas:.2f}"}
@@ -34,6 +34,8 @@ def _log_run(client, experiment_id, name, strategy, replicas, losses, val_losses
         tags["mlflow.parentRunId"] = parent
     if error:
         tags[tracking.ERROR_TAG] = error
+    if job is not None:
+        tags["xpdist.job"] = str(job)
     run = client.create_run(experiment_id, run_name=name, tags=tags)
     params = {"strategy": strategy, "cross_ops": "auto" if strategy == "mirrored" else "none",
               "communication": "none", "num_replicas": str(replicas), "global_batch_size": str(16 * replicas)}
@@ -41,6 +43,8 @@ def _log_run(client, experiment_id, name, strategy, replicas, losses, val_losses
     for epoch, (loss, val, rate) in enumerate(zip(losses, val_losses, rates), start=1):
         metrics += [Metric("loss", loss, epoch, epoch), Metric("val_loss", val, epoch, epoch),
                     Metric("examples_per_sec", rate, epoch, epoch)]
+    if strategy == "central_storage":
+        metrics.append(Metric("steady_examples_per_sec", 260.0, len(rates), len(rates)))
     client.log_batch(run.info.run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()])
     client.set_terminated(run.info.run_id, status)
     return run.info.run_id
@@ -54,8 +58,10 @@ def store(tmp_path_factory):
     client = tracking.client(uri)
     experiment_id = tracking.ensure_experiment(client, "xpdist", uri)
     parent = client.create_run(experiment_id, run_name="sweep-test", tags={"xpdist.sweep": "true"}).info.run_id
-    children = [_log_run(client, experiment_id, f"{i}-{s}-{r}r", s, r, l, v, e, parent=parent)
-                for i, (s, r, l, v, e) in enumerate(SWEEP)]
+    # Started in another order than their job numbers, as parallel jobs can be.
+    started = [_log_run(client, experiment_id, f"{i}-{s}-{r}r", s, r, l, v, e, parent=parent, job=i)
+               for i, (s, r, l, v, e) in reversed(list(enumerate(SWEEP)))]
+    children = started[::-1]  # job order
     client.set_terminated(parent, "FINISHED")
     failed = _log_run(client, experiment_id, "lonely-mirrored", "mirrored", 2, [0.7], [0.8], [90.0],
                       status="FAILED", error="TaskError: worker 1 died")
@@ -84,17 +90,17 @@ def test_sweep_report_tables_plots_and_artifacts(store, tmp_path):
     assert [r["replicas"] for r in rows] == ["1", "2", "2"]
     assert [r["global_batch"] for r in rows] == ["16", "32", "32"]
     assert [r["cross_ops"] for r in rows] == ["none", "auto", "none"]
-    assert [float(r["loss"]) for r in rows] == [0.3, 0.25, 0.2]  # the last epoch's
-    assert [float(r["val_loss"]) for r in rows] == [0.4, 0.35, 0.3]
-    # Steady state: median over epochs 2.. (epoch 1 includes tracing).
-    assert [float(r["examples_per_sec"]) for r in rows] == [210.0, 320.0, 240.0]
+    assert [float(r["final_loss"]) for r in rows] == [0.3, 0.25, 0.2]  # the last epoch's
+    assert [float(r["final_val_loss"]) for r in rows] == [0.4, 0.35, 0.3]
+    # Steady state: the run's steady_examples_per_sec, else the upper median of epochs 2.. (as the runner).
+    assert [float(r["examples_per_sec"]) for r in rows] == [220.0, 340.0, 260.0]
     # (examples/sec / replicas) / one_device's examples/sec
-    assert [float(r["scaling_efficiency"]) for r in rows] == pytest.approx([1.0, 160 / 210, 120 / 210], rel=1e-5)
-    assert [r["wall_time_s"] for r in rows] == ["31", "32", "32"]
+    assert [float(r["scaling_efficiency"]) for r in rows] == pytest.approx([1.0, 170 / 220, 130 / 220])
+    assert [float(r["wall_time_s"]) for r in rows] == [31.0, 32.0, 32.0]
     assert {r["status"] for r in rows} == {"FINISHED"}
 
     markdown = (tmp_path / "out" / "report.md").read_text()
-    assert "| 1-mirrored-2r | mirrored | auto | none | 2 | 32 | 0.25 | 0.35 | 320 | 0.76 | 32.0 | FINISHED |" in markdown
+    assert "| 1-mirrored-2r | mirrored | auto | none | 2 | 32 | 0.25 | 0.35 | 340 | 0.7727 | 32 | FINISHED |" in markdown
     for plot in PLOTS:
         _assert_png(tmp_path / "out" / plot)
         assert f"]({plot})" in markdown
@@ -132,19 +138,19 @@ def test_run_list_without_baseline_has_no_scaling_plot(store, tmp_path):
     assert "No FINISHED one_device run here" in (tmp_path / "report.md").read_text()
 
 
-def test_row_from_run_without_history_uses_last_values(store):
-    """What a caller holding only Run objects (a sweep summary) gets."""
-    row = row_from_run(store["client"].get_run(store["children"][1]))
-    assert (row.strategy, row.replicas, row.loss, row.examples_per_sec) == ("mirrored", 2, 0.25, 340.0)
-    assert row.parent_run_id == store["parent"]
+def test_report_row_without_history_uses_the_last_epoch(store):
+    """What a caller holding only Run objects gets: xpdist.summary's row, plus the parent run."""
+    run = store["client"].get_run(store["children"][1])
+    row = report_row(run)
+    assert (row["strategy"], row["replicas"], row["final_loss"], row["examples_per_sec"]) == ("mirrored", 2, 0.25, 340.0)
+    assert row["parent_run_id"] == store["parent"]
 
 
 def test_labels_tell_apart_runs_of_the_same_name():
-    def row(name, run_id):
-        return Row(name, run_id, "mirrored", "auto", "none", 2, 32, None, None, None, None, "FINISHED")
-
-    assert unique_labels([row("0-a", "aaaaaaaaaa"), row("0-a", "bbbbbbbbbb"), row("1-b", "cc")]) == \
-        ["0-a (aaaaaaaa)", "0-a (bbbbbbbb)", "1-b"]
+    rows = [{"run_name": "0-a", "run_id": "aaaaaaaaaa"}, {"run_name": "0-a", "run_id": "bbbbbbbbbb"},
+            {"run_name": "1-b", "run_id": "cc"}]
+    add_labels(rows)
+    assert [r["label"] for r in rows] == ["0-a (aaaaaaaa)", "0-a (bbbbbbbb)", "1-b"]
 
 
 def _free_port() -> int:
@@ -203,6 +209,9 @@ def test_report_on_a_real_sweep(xpdist):
     assert [(r["strategy"], r["replicas"], r["status"]) for r in rows] == \
         [("one_device", "1", "FINISHED"), ("mirrored", "2", "FINISHED")]
     assert all(float(r["examples_per_sec"]) > 0 and float(r["wall_time_s"]) > 0 for r in rows)
+    children = {r.info.run_id: r for r in xpdist.runs() if r.data.tags.get("mlflow.parentRunId") == parent}
+    assert [float(r["examples_per_sec"]) for r in rows] == \
+        pytest.approx([children[r["run_id"]].data.metrics["steady_examples_per_sec"] for r in rows])
     assert float(rows[0]["scaling_efficiency"]) == 1.0 and float(rows[1]["scaling_efficiency"]) > 0
     for plot in PLOTS:
         _assert_png(out / plot)

@@ -16,17 +16,17 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from xpdist import tracking
-from xpdist.report.runs import ReportError, Row, compare_url, open_store, read_rows, select_runs
+from xpdist.report.runs import ReportError, compare_url, open_store, read_rows, select_runs
 
 ARTIFACT_PATH = "report"
 
 
 @dataclasses.dataclass
 class Report:
-    rows: List[Row]
+    rows: List[Dict[str, Any]]  # xpdist.report.runs.read_rows's
     files: Dict[str, Path]  # csv, md and each plot, by name
     parent_run_id: Optional[str] = None  # the sweep whose parent run got the files as artifacts
 
@@ -52,7 +52,8 @@ def build(uri: str, out_dir: Path, experiment: Optional[str] = None, sweep: Opti
     except OSError as err:
         raise ReportError("--out", f"cannot create {out_dir}: {err.strerror}") from None
     plot_files = plots.write_plots(rows, out_dir)
-    url = compare_url([r.info.run_id for r in runs], [r.info.experiment_id for r in runs]) if len(runs) <= 50 else None
+    # A URL for 50+ runs is too long to be useful.
+    url = compare_url([r["run_id"] for r in rows], [r.info.experiment_id for r in runs]) if len(rows) <= 50 else None
     files = {"md": tables.write_markdown(rows, out_dir / "report.md", title, uri, plot_files, url),
              "csv": tables.write_csv(rows, out_dir / "report.csv"), **plot_files}
     report = Report(rows, files)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Sequence
 
-from xpdist.report.runs import BASELINE_STRATEGY, Row, unique_labels
+from xpdist.report.runs import BASELINE_STRATEGY
 
 _LOSS_LABELS = {"loss": "training loss", "val_loss": "validation loss"}
 
@@ -25,19 +25,18 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def plot_losses(rows: Sequence[Row], path: Path) -> Path | None:
+def plot_losses(rows: Sequence[Dict[str, Any]], path: Path) -> Path | None:
     """Training and validation loss per epoch, one line per run; None if no run logged a loss."""
-    metrics = [m for m in _LOSS_LABELS if any(r.history.get(m) for r in rows)]
+    metrics = [m for m in _LOSS_LABELS if any(r["history"].get(m) for r in rows)]
     if not metrics:
         return None
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 4.5), squeeze=False)
-    labels = unique_labels(rows)
     for ax, metric in zip(axes[0], metrics):
-        for label, row in zip(labels, rows):
-            points = row.history.get(metric)
+        for row in rows:
+            points = row["history"].get(metric)
             if points:
-                ax.plot([s for s, _ in points], [v for _, v in points], marker="o", label=label)
+                ax.plot([s for s, _ in points], [v for _, v in points], marker="o", label=row["label"])
         ax.set_title(f"{_LOSS_LABELS[metric].capitalize()} per epoch")
         ax.set_xlabel("epoch")
         ax.set_ylabel(f"{_LOSS_LABELS[metric]} (the model's loss function, unitless)")
@@ -47,16 +46,16 @@ def plot_losses(rows: Sequence[Row], path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def _bars(rows: Sequence[Row], values: List[float], title: str, xlabel: str, fmt: str, path: Path,
+def _bars(rows: Sequence[Dict[str, Any]], values: List[float], title: str, xlabel: str, fmt: str, path: Path,
           ideal: float | None = None) -> Path:
     """Horizontal bars, one per run, coloured by strategy, each with its value written beside it."""
     plt = _pyplot()
-    labels = unique_labels(rows)
-    strategies = sorted({r.strategy for r in rows})
+    labels = [r["label"] for r in rows]
+    strategies = sorted({str(r["strategy"]) for r in rows})
     colours = {s: plt.get_cmap("tab10")(i % 10) for i, s in enumerate(strategies)}
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * len(rows)))
     positions = range(len(rows))[::-1]  # first run on top
-    ax.barh(list(positions), values, color=[colours[r.strategy] for r in rows])
+    ax.barh(list(positions), values, color=[colours[str(r["strategy"])] for r in rows])
     ax.set_yticks(list(positions), labels)
     for y, value in zip(positions, values):
         ax.annotate(fmt.format(value), (value, y), xytext=(3, 0), textcoords="offset points", va="center",
@@ -75,24 +74,24 @@ def _bars(rows: Sequence[Row], values: List[float], title: str, xlabel: str, fmt
     return _save(fig, path)
 
 
-def plot_throughput(rows: Sequence[Row], path: Path) -> Path | None:
-    shown = [r for r in rows if r.examples_per_sec is not None]
+def plot_throughput(rows: Sequence[Dict[str, Any]], path: Path) -> Path | None:
+    shown = [r for r in rows if r["examples_per_sec"] is not None]
     if not shown:
         return None
-    return _bars(shown, [r.examples_per_sec for r in shown], "Training throughput per run",
+    return _bars(shown, [r["examples_per_sec"] for r in shown], "Training throughput per run",
                  "examples/sec (median over epochs after the first)", "{:,.0f}", path)
 
 
-def plot_scaling(rows: Sequence[Row], path: Path) -> Path | None:
+def plot_scaling(rows: Sequence[Dict[str, Any]], path: Path) -> Path | None:
     """Scaling efficiency against one_device; None when no run has a one_device baseline."""
-    shown = [r for r in rows if r.scaling_efficiency is not None]
+    shown = [r for r in rows if r["scaling_efficiency"] is not None]
     if not shown:
         return None
-    return _bars(shown, [r.scaling_efficiency for r in shown], f"Scaling efficiency against {BASELINE_STRATEGY}",
+    return _bars(shown, [r["scaling_efficiency"] for r in shown], f"Scaling efficiency against {BASELINE_STRATEGY}",
                  "efficiency = (examples/sec ÷ replicas) ÷ one_device examples/sec", "{:.2f}", path, ideal=1.0)
 
 
-def write_plots(rows: Sequence[Row], out_dir: Path) -> Dict[str, Path]:
+def write_plots(rows: Sequence[Dict[str, Any]], out_dir: Path) -> Dict[str, Path]:
     """All plots that the runs have data for, by name."""
     made = {"loss": plot_losses(rows, out_dir / "loss.png"),
             "examples_per_sec": plot_throughput(rows, out_dir / "examples_per_sec.png"),

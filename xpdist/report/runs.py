@@ -1,22 +1,18 @@
-"""The runs a report covers, read from MLflow into Rows (no TensorFlow, no plotting).
+"""The runs a report covers, read from MLflow into rows (no TensorFlow, no plotting).
 
-Row, row_from_run and add_scaling_efficiency work on plain MLflow Run objects, so code that
-already holds runs (a sweep's end-of-sweep summary) can build the same table.
+A row is xpdist.summary's dict for a run (the sweep summary's table), with what the report
+adds: steady-state examples/sec, scaling efficiency, a unique label and the per-epoch history.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import statistics
 import urllib.parse
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from xpdist import tracking
+from xpdist import summary, tracking
 
-# Tags written by xpdist.job / xpdist.sweep.
-WALL_TIME_TAG = "xpdist.wall_time_s"
 SWEEP_TAG = "xpdist.sweep"
 PARENT_TAG = "mlflow.parentRunId"
 BASELINE_STRATEGY = "one_device"
@@ -24,6 +20,8 @@ BASELINE_STRATEGY = "one_device"
 HISTORY_METRICS = ("loss", "val_loss", "examples_per_sec")
 # Where scripts/mlflow_ui.sh serves the UI unless told otherwise.
 DEFAULT_UI = "http://127.0.0.1:5000"
+# metric name -> [(epoch, value)]
+History = Dict[str, List[Tuple[int, float]]]
 
 
 class ReportError(ValueError):
@@ -33,86 +31,55 @@ class ReportError(ValueError):
         super().__init__(f"{argument}: {message}")
 
 
-@dataclasses.dataclass
-class Row:
-    """One run as the report shows it; numbers are None where the run did not log them."""
-
-    run: str
-    run_id: str
-    strategy: str
-    cross_ops: str
-    communication: str
-    replicas: Optional[int]
-    global_batch: Optional[int]
-    loss: Optional[float]
-    val_loss: Optional[float]
-    examples_per_sec: Optional[float]
-    wall_time_s: Optional[float]
-    status: str
-    parent_run_id: Optional[str] = None
-    error: Optional[str] = None
-    scaling_efficiency: Optional[float] = None
-    # metric name -> [(epoch, value)], for the plots.
-    history: Dict[str, List[Tuple[int, float]]] = dataclasses.field(default_factory=dict)
-
-
-def _number(text: Optional[str], kind=float):
-    try:
-        return kind(text) if text not in (None, "", "none") else None
-    except ValueError:
-        return None
-
-
 def steady_rate(history: List[Tuple[int, float]]) -> Optional[float]:
-    """Median examples/sec over the epochs after the first (which includes tracing), as xpdist's
-    own summary computes it; the first epoch's figure when there is only one."""
+    """Examples/sec over the epochs after the first (which includes tracing), picked as xpdist's
+    trainer picks steady_examples_per_sec (the upper median); the only epoch's for one epoch."""
     values = [v for _, v in sorted(history)]
-    if not values:
-        return None
-    return statistics.median(values[1:] or values)
+    rates = sorted(values[1:] or values)
+    return rates[len(rates) // 2] if rates else None
 
 
-def row_from_run(run, history: Optional[Dict[str, List[Tuple[int, float]]]] = None) -> Row:
-    """A Row from an MLflow Run; without `history`, examples/sec is the last epoch's figure."""
-    params, metrics, tags = run.data.params, run.data.metrics, run.data.tags
+def report_row(run, history: Optional[History] = None) -> Dict[str, Any]:
+    """summary.row(run) plus what the report adds: examples/sec is steady-state, parent run id,
+    per-epoch history; scaling_efficiency is filled in by add_scaling_efficiency.
+
+    Steady-state examples/sec is the run's own steady_examples_per_sec metric, else computed
+    the same way from its history, else (no history given) the last epoch's figure.
+    """
+    row = summary.row(run)
     history = history or {}
-    wall = _number(tags.get(WALL_TIME_TAG))
-    if wall is None and run.info.end_time and run.info.start_time:
-        wall = (run.info.end_time - run.info.start_time) / 1000.0
-    rate = steady_rate(history.get("examples_per_sec", [])) if history.get("examples_per_sec") else None
-    return Row(run=run.info.run_name or run.info.run_id, run_id=run.info.run_id,
-               strategy=params.get("strategy", "-"), cross_ops=params.get("cross_ops", "-"),
-               communication=params.get("communication", "-"),
-               replicas=_number(params.get("num_replicas"), int),
-               global_batch=_number(params.get("global_batch_size"), int),
-               loss=metrics.get("loss"), val_loss=metrics.get("val_loss"),
-               examples_per_sec=rate if rate is not None else metrics.get("examples_per_sec"),
-               wall_time_s=wall, status=run.info.status, parent_run_id=tags.get(PARENT_TAG),
-               error=tags.get(tracking.ERROR_TAG), history=history)
+    steady = run.data.metrics.get("steady_examples_per_sec")
+    if steady is None and history.get("examples_per_sec"):
+        steady = steady_rate(history["examples_per_sec"])
+    if steady is not None:
+        row["examples_per_sec"] = steady
+    row.update(parent_run_id=run.data.tags.get(PARENT_TAG), start_time=run.info.start_time or 0,
+               scaling_efficiency=None, history=history)
+    return row
 
 
-def add_scaling_efficiency(rows: List[Row]) -> Dict[Optional[str], Row]:
+def add_scaling_efficiency(rows: List[Dict[str, Any]]) -> None:
     """Sets each row's scaling_efficiency = (examples/sec / replicas) / one_device's examples/sec.
 
     The baseline is the one_device run of the same sweep (same parent run; runs outside any
-    sweep form one group), the latest FINISHED one if there are several. Returns the baseline
-    row per group.
+    sweep form one group), the latest FINISHED one if there are several.
     """
-    baselines: Dict[Optional[str], Row] = {}
-    for row in rows:  # rows are in start order, so the latest baseline wins
-        if row.strategy == BASELINE_STRATEGY and row.status == "FINISHED" and row.examples_per_sec:
-            baselines[row.parent_run_id] = row
+    baselines: Dict[Optional[str], Dict[str, Any]] = {}
+    for row in sorted(rows, key=lambda r: r["start_time"]):  # the latest baseline wins
+        if row["strategy"] == BASELINE_STRATEGY and row["status"] == "FINISHED" and row["examples_per_sec"]:
+            baselines[row["parent_run_id"]] = row
     for row in rows:
-        base = baselines.get(row.parent_run_id)
-        if base and row.examples_per_sec and row.replicas:
-            row.scaling_efficiency = row.examples_per_sec / row.replicas / base.examples_per_sec
-    return baselines
+        base = baselines.get(row["parent_run_id"])
+        if base and row["examples_per_sec"] and row["replicas"]:
+            row["scaling_efficiency"] = row["examples_per_sec"] / row["replicas"] / base["examples_per_sec"]
 
 
-def unique_labels(rows: Sequence[Row]) -> List[str]:
-    """Run names, with the run id's start added where two runs share a name (several sweeps)."""
-    names = [r.run for r in rows]
-    return [f"{r.run} ({r.run_id[:8]})" if names.count(r.run) > 1 else r.run for r in rows]
+def add_labels(rows: List[Dict[str, Any]]) -> None:
+    """row["label"]: the run name, with the run id's start where two runs share a name (several sweeps)."""
+    names = [r["run_name"] for r in rows]
+    for row in rows:
+        name = row["run_name"] or row["run_id"][:8]
+        row["label"] = f"{name} ({row['run_id'][:8]})" if names.count(row["run_name"]) > 1 else name
 
 
 def compare_url(run_ids: Sequence[str], experiment_ids: Sequence[str], base: str = DEFAULT_UI) -> str:
@@ -179,15 +146,25 @@ def select_runs(mlflow_client, experiment: Optional[str] = None, sweep: Optional
     return sorted(runs, key=lambda r: r.info.start_time or 0), None, f"{len(runs)} runs"
 
 
-def read_rows(mlflow_client, runs: list) -> List[Row]:
-    """Rows with their per-epoch histories and scaling efficiency."""
+def _in_order(runs: list) -> list:
+    """Sweep by sweep (in the order they started), each in job order as the sweep summary lists it."""
+    groups: Dict[Optional[str], list] = {}
+    for run in sorted(runs, key=lambda r: r.info.start_time or 0):
+        groups.setdefault(run.data.tags.get(PARENT_TAG), []).append(run)
+    ordered = {r["run_id"]: i for i, r in enumerate(row for group in groups.values() for row in summary.rows(group))}
+    return sorted(runs, key=lambda r: ordered[r.info.run_id])
+
+
+def read_rows(mlflow_client, runs: list) -> List[Dict[str, Any]]:
+    """Rows with their per-epoch histories, scaling efficiency and labels, sweep by sweep in job order."""
     rows = []
-    for run in runs:
+    for run in _in_order(runs):
         history = {}
         for name in HISTORY_METRICS:
             if name in run.data.metrics:
                 points = tracking.retry(mlflow_client.get_metric_history, run.info.run_id, name)
                 history[name] = sorted((m.step, m.value) for m in points)
-        rows.append(row_from_run(run, history))
+        rows.append(report_row(run, history))
     add_scaling_efficiency(rows)
+    add_labels(rows)
     return rows

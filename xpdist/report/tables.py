@@ -1,66 +1,51 @@
-"""The report's tables: report.csv (full precision, for tools) and report.md (for people)."""
+"""The report's tables, written with xpdist.summary (the sweep summary's table code):
+report.csv (raw values, for tools) and report.md (for people)."""
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
-from xpdist.report.runs import BASELINE_STRATEGY, Row, unique_labels
+from xpdist import summary
+from xpdist.report.runs import BASELINE_STRATEGY
 
-CSV_COLUMNS = ("run", "run_id", "strategy", "cross_ops", "communication", "replicas", "global_batch",
-               "loss", "val_loss", "examples_per_sec", "scaling_efficiency", "wall_time_s", "status")
-# (header, Row attribute, format) of the Markdown table.
-_MD_COLUMNS = (("Run", "run", "{}"), ("Strategy", "strategy", "{}"), ("cross_ops", "cross_ops", "{}"),
-               ("communication", "communication", "{}"), ("Replicas", "replicas", "{}"),
-               ("Global batch", "global_batch", "{}"), ("Final loss", "loss", "{:.4g}"),
-               ("Final val loss", "val_loss", "{:.4g}"), ("Examples/s", "examples_per_sec", "{:,.0f}"),
-               ("Scaling eff.", "scaling_efficiency", "{:.2f}"), ("Wall time (s)", "wall_time_s", "{:.1f}"),
-               ("Status", "status", "{}"))
+# Row keys in report.csv, in order.
+CSV_KEYS = ("run_name", "run_id", "job", "strategy", "cross_ops", "communication", "replicas", "global_batch",
+            "final_loss", "final_val_loss", "examples_per_sec", "scaling_efficiency", "wall_time_s", "status",
+            "error")
+# (row key, header) of the Markdown table.
+MD_COLUMNS = (("label", "run"), ("strategy", "strategy"), ("cross_ops", "cross_ops"),
+              ("communication", "communication"), ("replicas", "replicas"), ("global_batch", "global batch"),
+              ("final_loss", "final loss"), ("final_val_loss", "final val loss"),
+              ("examples_per_sec", "examples/sec"), ("scaling_efficiency", "scaling eff."),
+              ("wall_time_s", "wall time (s)"), ("status", "status"))
 
-
-def write_csv(rows: Sequence[Row], path: Path) -> Path:
-    """One line per run; empty cells where a run did not log the value."""
-    with path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(CSV_COLUMNS)
-        for row in rows:
-            values = (getattr(row, column) for column in CSV_COLUMNS)
-            writer.writerow("" if v is None else f"{v:.6g}" if isinstance(v, float) else v for v in values)
-    return path
-
-
-def markdown_table(rows: Sequence[Row]) -> str:
-    lines = ["| " + " | ".join(h for h, _, _ in _MD_COLUMNS) + " |",
-             "|" + "|".join("---:" if fmt != "{}" or attr in ("replicas", "global_batch") else "---"
-                            for _, attr, fmt in _MD_COLUMNS) + "|"]
-    for label, row in zip(unique_labels(rows), rows):
-        cells = []
-        for _, attr, fmt in _MD_COLUMNS:
-            value = label if attr == "run" else getattr(row, attr)
-            cells.append("–" if value is None else fmt.format(value).replace("|", "\\|"))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+NOTES = (
+    "- final loss / val loss: the last epoch's value. examples/sec: training examples per second in the "
+    "steady state (the median of the epochs after the first, which includes tracing; the only epoch's "
+    "figure for a one-epoch run). wall time: the whole `python -m xpdist` job, start-up included.",
+    "- scaling eff.: (examples/sec ÷ replicas) ÷ examples/sec of the one_device run of the same sweep; "
+    "1.0 means each replica is as fast as one device alone. Logical CPU devices share the same cores, "
+    "so on a CPU machine this measures a strategy's overhead, not hardware scaling.",
+)
 
 
-def write_markdown(rows: Sequence[Row], path: Path, title: str, source: str, plots: Dict[str, Path],
+def write_csv(rows: Sequence[Dict[str, Any]], path: Path) -> Path:
+    """One line per run, every CSV_KEYS column; empty cells where a run did not log the value."""
+    return summary.write_csv(rows, path, CSV_KEYS)
+
+
+def write_markdown(rows: Sequence[Dict[str, Any]], path: Path, title: str, source: str, plots: Dict[str, Path],
                    compare_url: Optional[str] = None) -> Path:
     """report.md: the table, what its figures mean, failed runs' errors, and the plots."""
-    baseline = any(r.strategy == BASELINE_STRATEGY and r.scaling_efficiency is not None for r in rows)
     parts = [f"# xpdist report: {title}", "", f"Source: `{source}`, {len(rows)} runs.", "",
-             markdown_table(rows), "",
-             "- Final loss / val loss: the last epoch's value. Examples/s: training examples per second, "
-             "median over the epochs after the first (the first includes tracing), or the first epoch's "
-             "figure for a one-epoch run. Wall time: the whole `python -m xpdist` job, start-up included.",
-             "- Scaling eff.: (examples/s ÷ replicas) ÷ examples/s of the one_device run of the same sweep; "
-             "1.0 means each replica is as fast as one device alone. "
-             + ("" if baseline else "No FINISHED one_device run here, so it is not computed. ")
-             + "Logical CPU devices share the same cores, so on a CPU machine this measures overhead, "
-             "not hardware scaling."]
-    failed = [(label, r) for label, r in zip(unique_labels(rows), rows) if r.status != "FINISHED"]
+             summary.format_markdown(rows, MD_COLUMNS), *NOTES]
+    if not any(r["strategy"] == BASELINE_STRATEGY and r["scaling_efficiency"] is not None for r in rows):
+        parts.append("- No FINISHED one_device run here, so scaling efficiency is not computed.")
+    failed = [r for r in rows if r["status"] != "FINISHED"]
     if failed:
         parts += ["", "## Runs that did not finish", ""]
-        parts += [f"- {label} ({r.status}): {r.error or 'no error recorded'}" for label, r in failed]
+        parts += [f"- {r['label']} ({r['status']}): {r['error'] or 'no error recorded'}" for r in failed]
     if compare_url:
         parts += ["", f"Compare them in the MLflow UI (`scripts/mlflow_ui.sh`): <{compare_url}>"]
     if plots:
