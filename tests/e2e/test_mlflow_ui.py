@@ -124,8 +124,7 @@ def mlflow_ui(finished_sweep, tmp_path):
 
 
 def test_compare_view_shows_the_sweep(finished_sweep, mlflow_ui, tmp_path):
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} not found: `apt-get install -y chromium` (scripts/test.sh does it)")
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} not found: `apt-get install -y chromium` (scripts/test.sh does it)"
     from playwright.sync_api import sync_playwright
 
     _, experiment_id, children = finished_sweep
