@@ -6,6 +6,7 @@ the number of replicas, so the summed gradients equal single-device training's.
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Dict
 
@@ -93,8 +94,10 @@ def train(ctx: TrainContext) -> Dict[str, float]:
     for _ in range(int(epoch_var.numpy()) * steps):
         next(iterator)
     name = loop.metric_name
+    # The bar redraws itself with terminal escapes: on a pipe or in a log file the epoch line below is enough.
+    show_bar = cfg.trainer.progress and ctx.chief and sys.stdout.isatty()
     for epoch in range(int(epoch_var.numpy()), cfg.trainer.epochs):
-        bar = ctx.keras.utils.Progbar(steps, stateful_metrics=["loss", name]) if cfg.trainer.progress and ctx.chief else None
+        bar = ctx.keras.utils.Progbar(steps, stateful_metrics=["loss", name]) if show_bar else None
         start = time.perf_counter()
         done, loss_sum, metric_sum = 0, 0.0, 0.0
         while done < steps:
