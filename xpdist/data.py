@@ -70,9 +70,10 @@ def _mnist(cfg, rng, launch_dir):
     try:
         (x, y), _ = tf.keras.datasets.mnist.load_data()
     except Exception as err:  # urllib, SSL and HTTP errors all mean "could not download"
+        reason = " ".join(str(err).split())[:200] or type(err).__name__
         raise RuntimeError(
-            f"dataset=mnist could not be downloaded ({type(err).__name__}); it needs network access. "
-            "Offline, use dataset=digits, or dataset=npz with your own copy.") from None
+            f"dataset=mnist could not be downloaded ({reason}); it needs network access. "
+            "Offline, use dataset=digits, or dataset=npz with your own copy.") from err
     return (x[..., None] / 255.0).astype("float32"), y.astype("int32")
 
 

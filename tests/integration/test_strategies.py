@@ -141,9 +141,10 @@ def test_same_weights_as_one_device_fit(runs, name):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
 
-# Keras 3's loss tracker under CentralStorageStrategy logs a higher loss (2.27 and 1.32 where
-# every other strategy logs 1.95 and 1.04) although the weights are identical: a Keras issue,
-# not a different training. Strict, so that a fix shows up.
+# Keras 3's loss tracker under CentralStorageStrategy over-counts: after steps of 8 examples its
+# count reads 8, 24, 56 (not 8, 16, 24), so the logged loss is higher (2.27 and 1.32 where every
+# other strategy logs 1.95 and 1.04) although the weights are identical. A Keras issue, not a
+# different training. Strict, so that a fix shows up.
 KERAS_CENTRAL_STORAGE_LOSS = pytest.mark.xfail(strict=True, reason="Keras 3 fit's loss metric under central_storage")
 
 
