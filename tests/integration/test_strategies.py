@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from harness import describe, git_checkout, run_many, store_template
+from xpdist.tracking import SUMMARY_PARAMS
 
 pytestmark = pytest.mark.slow
 
@@ -79,8 +80,11 @@ def test_run_finished_with_the_summary_params(runs, name):
     expected = {**DEFAULTS, **RUNS[name][1]}
     expected["per_replica_batch_size"] = str(8 // int(expected["num_replicas"]))
     expected["tf_version"] = metadata.version("tensorflow")
+    # Auto steps_per_execution: the 8 steps of an epoch in one call on one replica, else 1.
+    expected["steps_per_execution"] = "8" if expected["strategy"] == "one_device" else "1"
     run_name = expected.pop("run_name")
     params = done.run.data.params
+    assert set(SUMMARY_PARAMS) <= set(expected)
     assert {k: params.get(k) for k in expected} == expected
     assert done.run.info.run_name == run_name
     # The whole resolved config is there too, flattened.
