@@ -117,9 +117,8 @@ def format_text(table_rows: Sequence[Dict[str, Any]], columns=SWEEP_COLUMNS) -> 
 def format_markdown(table_rows: Sequence[Dict[str, Any]], columns=SWEEP_COLUMNS) -> str:
     """A GitHub-flavoured Markdown table; `|` inside cells is escaped."""
     headers, body = _cells(table_rows, columns)
-    escape = lambda text: text.replace("|", "\\|")  # noqa: E731
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(escape(c) for c in line) + " |" for line in body]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in line) + " |" for line in body]
     return "\n".join(lines) + "\n"
 
 
