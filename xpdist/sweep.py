@@ -169,17 +169,17 @@ class SweepCallback(Callback):
         if not info:
             return
         uri, parent_id = info["tracking_uri"], info["parent_run_id"]
-        children = _children(uri, parent_id)
-        for run in children:  # a job process that died hard (killed by its launcher) left it open
+        for run in _children(uri, parent_id):  # a job process killed by its launcher left it open
             if run.info.status == "RUNNING":
                 tracking.terminate(uri, run.info.run_id, "FAILED", "the job ended without closing its run")
-        children = _children(uri, parent_id) if any(r.info.status == "RUNNING" for r in children) else children
-        rows = summary.rows(children)
+        rows = summary.rows(_children(uri, parent_id))
         failed = [r for r in rows if r["status"] != "FINISHED"]
-        _State.failed_jobs = len(failed) if children else 1
+        _State.failed_jobs = len(failed) if rows else 1
         report(rows, uri, parent_id, sweep_dir)
-        tracking.terminate(uri, parent_id, "FAILED" if failed or not children else "FINISHED",
-                           f"{len(failed)} of {len(rows)} jobs failed" if failed else None)
+        error = None
+        if failed or not rows:
+            error = f"{len(failed)} of {len(rows)} jobs failed" if rows else "no job recorded a run"
+        tracking.terminate(uri, parent_id, "FAILED" if error else "FINISHED", error)
         _State.open_sweep = None
 
 
