@@ -97,19 +97,25 @@ def test_recipe_runs(xpdist, recipe):
                             "multi_worker_mirrored": "1"}
 
 
-def test_sweep_goes_on_after_a_failed_job_and_exits_non_zero(xpdist):
-    # job 0 asks for NCCL on a machine without GPUs (rejected before training); job 1 trains
-    proc = xpdist.run("strategy=mirrored", "devices.logical_cpus=2", "cross_ops=nccl,hierarchical", *TINY,
+def test_sweep_goes_on_after_failed_jobs_and_exits_non_zero(xpdist):
+    # cross_ops=nccl is rejected before training (no GPU here); model=custom with a target that
+    # does not exist crashes inside its task process; the last job trains.
+    proc = xpdist.run("strategy=mirrored", "devices.logical_cpus=2", "model=custom,linear",
+                      "model._target_=xpdist.no_such_module.build", "cross_ops=nccl,hierarchical", *TINY,
                       multirun=True, tiny=False, timeout=600)
     assert proc.returncode == 1, proc.stderr[-3000:]
-    parent, (failed, finished) = sweep_runs(xpdist)
-    assert failed.info.status == "FAILED" and "cross_ops=nccl" in failed.data.tags["xpdist.error"]
+    parent, children = sweep_runs(xpdist)
+    rejected, crashed, rejected_too, finished = children
+    assert [c.info.status for c in children[:3]] == ["FAILED"] * 3
+    for run in (rejected, rejected_too):
+        assert run.data.tags["xpdist.error"].startswith("cross_ops=nccl: NCCL needs GPUs")
+    assert "no_such_module" in crashed.data.tags["xpdist.error"] and crashed.data.params["num_replicas"] == "2"
     check_finished_child(finished)
     assert finished.data.params["cross_ops"] == "hierarchical" and finished.data.params["num_replicas"] == "2"
-    assert parent.info.status == "FAILED" and parent.data.tags["xpdist.error"] == "1 of 2 jobs failed"
+    assert parent.info.status == "FAILED" and parent.data.tags["xpdist.error"] == "3 of 4 jobs failed"
     assert parent.data.tags["sweep.cross_ops"] == "nccl,hierarchical"
-    check_summary(xpdist, proc, parent, [failed, finished])
-    assert "job 0 FAILED: " in proc.stdout
+    check_summary(xpdist, proc, parent, children)
+    assert "job 1 FAILED: ValueError: model._target_=xpdist.no_such_module.build" in proc.stdout
 
 
 def _descendants(pid):
