@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
@@ -361,6 +362,8 @@ def main(argv=None) -> int:
         for way in WAYS:
             one(*cases[0], way, -1)
     measures: List[Measure] = []
+    meta = {"reps": args.reps, "quick": args.quick,
+            "command": " ".join(["python", "scripts/bench.py", *(sys.argv[1:] if argv is None else argv)])}
     for rep in range(args.reps):
         for i, (workload, strategy) in enumerate(cases):
             ways = list(WAYS)
@@ -369,20 +372,26 @@ def main(argv=None) -> int:
             shift = (rep + i) % len(ways)  # rotate the order so no way always runs first
             for way in ways[shift:] + ways[:shift]:
                 measures.append(one(workload, strategy, way, rep))
+                write_results(args.out, measures, meta, skipped)  # a long run stopped early still reports
+    print(write_results(args.out, measures, meta, skipped))
+    shutil.rmtree(work, ignore_errors=True)  # job dirs, checkpoints and stores of the runs
+    return 0 if all(m.ok for m in measures) else 1
 
+
+def write_results(out: Path, measures: List[Measure], meta: dict, skipped: List[str]) -> str:
+    """Writes bench.json and bench.md from the runs so far; returns the Markdown."""
     table = summarize(measures)
     targets = checks(table)
-    meta = {"reps": args.reps, "quick": args.quick, "command": " ".join(["python", "scripts/bench.py", *(argv or sys.argv[1:])]),
-            "machine": f"{platform.node()}, {psutil.cpu_count()} CPUs, load average "
-                       f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end",
-            "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    meta = dict(meta, runs_done=len(measures),
+                machine=f"{platform.node()}, {psutil.cpu_count()} CPUs, load average "
+                        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} when written",
+                written=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))
     report = {"meta": meta, "summary": table, "targets": targets, "skipped": skipped,
               "runs": [asdict(m) for m in measures]}
-    (args.out / "bench.json").write_text(json.dumps(report, indent=2))
+    (out / "bench.json").write_text(json.dumps(report, indent=2))
     text = markdown(table, targets, meta, skipped)
-    (args.out / "bench.md").write_text(text)
-    print(text)
-    return 0 if all(m.ok for m in measures) else 1
+    (out / "bench.md").write_text(text)
+    return text
 
 
 if __name__ == "__main__":
