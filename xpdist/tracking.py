@@ -201,6 +201,13 @@ class MetricFile:
         self._lines.append(json.dumps({"step": int(step), "timestamp": now,
                                        "metrics": {k: float(v) for k, v in metrics.items()}}))
 
+    def logged_steps(self, key: str) -> List[int]:
+        """Steps at which `key` was already written (a restarted task skips those epochs)."""
+        if not self._path.exists():
+            return []
+        entries = (json.loads(line) for line in self._path.read_text().splitlines() if line.strip())
+        return [entry["step"] for entry in entries if key in entry["metrics"]]
+
     def flush(self) -> None:
         lines, self._lines = self._lines, []  # swapped first: add() may run on a callback thread
         if lines:
