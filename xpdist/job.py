@@ -131,7 +131,6 @@ class _Recorder(threading.Thread):
     def __init__(self, uri: str, ctx: JobContext, create: Callable[[], str]):
         super().__init__(name="xpdist-recorder", daemon=True)
         self._uri, self._ctx, self._create = uri, ctx, create
-        self._done = threading.Event()
         self.run_id: Optional[str] = None
         self.error: Optional[BaseException] = None
         self.relay: Optional[tracking.MetricRelay] = None

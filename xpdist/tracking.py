@@ -194,16 +194,24 @@ class MetricFile:
 
     def __init__(self, path: Path):
         self._path = Path(path)
-        self._lines: List[str] = []
+        self._entries: List[tuple] = []
 
     def add(self, metrics: Dict[str, float], step: int) -> None:
-        now = int(time.time() * 1000)
-        self._lines.append(json.dumps({"step": int(step), "timestamp": now,
-                                       "metrics": {k: float(v) for k, v in metrics.items()}}))
+        """Buffers; serialising waits for flush(), so a per-step call costs a few microseconds."""
+        self._entries.append((int(step), int(time.time() * 1000), metrics))
+
+    def logged_steps(self, key: str) -> List[int]:
+        """Steps at which `key` was already written (a restarted task skips those epochs)."""
+        if not self._path.exists():
+            return []
+        entries = (json.loads(line) for line in self._path.read_text().splitlines() if line.strip())
+        return [entry["step"] for entry in entries if key in entry["metrics"]]
 
     def flush(self) -> None:
-        lines, self._lines = self._lines, []  # swapped first: add() may run on a callback thread
-        if lines:
+        entries, self._entries = self._entries, []  # swapped first: add() may run on a callback thread
+        if entries:
+            lines = [json.dumps({"step": step, "timestamp": ts, "metrics": {k: float(v) for k, v in metrics.items()}})
+                     for step, ts, metrics in entries]
             with open(self._path, "a") as out:
                 out.write("\n".join(lines) + "\n")
 
