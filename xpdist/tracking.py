@@ -201,6 +201,20 @@ class MetricFile:
         self._lines.append(json.dumps({"step": int(step), "timestamp": now,
                                        "metrics": {k: float(v) for k, v in metrics.items()}}))
 
+    def steps_with(self, key: str) -> List[int]:
+        """Steps at which metric `key` is already in the file (written before a restart)."""
+        if not self._path.exists():
+            return []
+        steps = []
+        for line in self._path.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:  # a line cut short by a kill
+                continue
+            if key in entry["metrics"]:
+                steps.append(entry["step"])
+        return steps
+
     def flush(self) -> None:
         lines, self._lines = self._lines, []  # swapped first: add() may run on a callback thread
         if lines:
