@@ -142,12 +142,17 @@ class Cluster:
                 or a task did not start within cluster.start_timeout_s.
         """
         while True:
+            dead = [t for t, p in self.procs.items()
+                    if t != self.chief and t not in self.tolerated and p.poll() not in (None, 0)]
+            # A task killed by a signal is the likelier cause when the chief failed too.
+            dead.sort(key=lambda t: self.procs[t].returncode >= 0)
             code = self.procs[self.chief].poll()
+            if code is not None and not (dead and self.procs[dead[0]].returncode < 0):
+                return code
+            for task in dead:
+                self._task_died(task, self.procs[task].returncode)
             if code is not None:
                 return code
-            for task, proc in self.procs.items():
-                if task != self.chief and task not in self.tolerated and proc.poll() not in (None, 0):
-                    self._task_died(task, proc.returncode)
             self._check_started()
             time.sleep(POLL_S)
 
@@ -208,7 +213,10 @@ def run(cfg, plan: Plan, job_dir: Path, env: Dict[str, str]):
                     restarts += 1
                     _note(cluster, f"{failure}; restarting the cluster ({restarts}/{cfg.cluster.max_restarts})")
                     continue
-                cluster.wait_others()
+                if code == 0:
+                    cluster.wait_others()
+                else:  # the others may be stuck in a collective with the dead chief
+                    cluster.stop(signal.SIGKILL, grace_s=FAILURE_GRACE_S)
                 outcome = outcome_from(job_dir, code)
                 if outcome.status == "FAILED" and restarts < cfg.cluster.max_restarts and code != 0:
                     restarts += 1

@@ -75,6 +75,8 @@ def train(ctx: TrainContext) -> Dict[str, float]:
     for epoch in range(int(epoch_var.numpy()), cfg.trainer.epochs):
         start = time.perf_counter()
         results = [coordinator.schedule(train_step, args=(iterator,)) for _ in range(steps)]
+        results[0].fetch()  # blocks until the first step is done: the first_step_s metric
+        ctx.step_done()
         coordinator.join()
         train_s = time.perf_counter() - start
         fetched = [r.fetch() for r in results]
