@@ -142,3 +142,16 @@ def replica_batches_fn(tf, x, y, cfg, plan: Plan, training: bool):
         return ds.unbatch().batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
     return dataset_fn
+
+
+def worker_batches(tf, x, y, cfg, plan: Plan):
+    """Global batches for one parameter_server worker, repeated forever.
+
+    Every worker runs this same pipeline graph, so a fixed seed would give every worker the
+    same batches in the same order; the shuffle seed comes from each worker's clock instead.
+    Parameter-server training is asynchronous, so it is not reproducible step by step anyway.
+    """
+    seed = tf.cast(tf.timestamp() * 1e6, tf.int64) % (2 ** 31)
+    ds = tf.data.Dataset.from_tensor_slices((x, y))
+    ds = ds.shuffle(cfg.dataset.shuffle_buffer or len(x), seed=seed, reshuffle_each_iteration=True)
+    return ds.batch(plan.global_batch_size, drop_remainder=True).repeat().prefetch(tf.data.AUTOTUNE)

@@ -89,6 +89,10 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
 
     result.run_name = plan.run_name if ctx.job_num is None else f"{ctx.job_num}-{plan.run_name}"
     result.num_replicas, result.global_batch_size = plan.num_replicas, plan.global_batch_size
+    from xpdist import cluster
+
+    if not cluster.is_chief(plain):
+        return _run_member(plain, config, plan, ctx, uri, result, started)
     _write_job_files(config, plan, ctx, uri)
     # The task starts now and imports TensorFlow while this process creates the MLflow run.
     recorder = _Recorder(uri, ctx, lambda: tracking.create_run(
@@ -96,12 +100,12 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
         ctx.parent_run_id))
     recorder.start()
     try:
-        from xpdist import cluster
-
         outcome = cluster.run(plain, plan, ctx.job_dir, launch.task_env(_task_env(plain, uri)))
         result.run_id = recorder.finish()
         result.status, result.error = outcome.status, outcome.error
         result.metrics = outcome.metrics
+        if outcome.restarts:
+            tracking.set_tags(uri, result.run_id, {"xpdist.restarts": str(outcome.restarts)})
         if result.ok:
             _log_outputs(uri, result.run_id, ctx.job_dir)
     except launch.Interrupted as err:
@@ -174,6 +178,20 @@ def _log_outputs(uri: str, run_id: str, job_dir: Path) -> None:
         tracking.log_artifacts(uri, run_id, [checkpoints], "checkpoints")
 
 
+def _run_member(plain, config: Dict[str, Any], plan: Plan, ctx: JobContext, uri: str, result: JobResult,
+                started: float) -> JobResult:
+    """A task that is not the chief (cluster=tf_config or slurm): it runs its part of the
+    training in place and creates no MLflow run; the chief's process records the one run."""
+    from xpdist import cluster
+
+    result.run_id = None
+    _write_job_files(config, plan, ctx, uri)
+    outcome = cluster.run(plain, plan, ctx.job_dir, launch.task_env({"PYTHONUNBUFFERED": "1"}))
+    result.status, result.error = outcome.status, outcome.error
+    result.wall_time_s = time.monotonic() - started
+    return result
+
+
 def _tags(plan: Plan, ctx: JobContext) -> Dict[str, str]:
     tags = {"strategy": plan.strategy, "cross_ops": plan.cross_ops, "communication": plan.communication,
             "cluster": plan.cluster, "xpdist.overrides": " ".join(ctx.overrides) or "(none)",
@@ -224,6 +242,10 @@ def read_result(job_dir: Path) -> Dict[str, Any]:
 
 def print_summary(result: JobResult, uri: str, experiment_id: Optional[str] = None, out=sys.stdout) -> None:
     """The closing lines of a single run: status, final metrics, run id, how to look at it."""
+    if result.run_id is None:  # a task that is not the chief: the chief reports the run
+        line = f"xpdist: task {_task_name()} {result.status} in {result.wall_time_s:.1f} s (the chief records the run)"
+        print(line + (f"\n  error: {result.error}" if result.error else ""), file=out, flush=True)
+        return
     lines = [f"xpdist: run {result.run_name} {result.status} in {result.wall_time_s:.1f} s"]
     if result.metrics:
         shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(result.metrics.items()))
@@ -235,6 +257,13 @@ def print_summary(result: JobResult, uri: str, experiment_id: Optional[str] = No
     if experiment_id is not None:
         lines.append(f"  then: http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{result.run_id}")
     print("\n".join(lines), file=out, flush=True)
+
+
+def _task_name() -> str:
+    task = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task", {})
+    if task:
+        return f"{task.get('type')}:{task.get('index')}"
+    return f"slurm:{os.environ.get('SLURM_PROCID', '?')}"
 
 
 def format_error(err: BaseException, verbose: bool) -> str:

@@ -119,8 +119,13 @@ def _workers_from_environment(cluster: str) -> int:
         except (ValueError, AttributeError):
             return 1  # preflight reports the malformed TF_CONFIG
     if cluster == "slurm":
-        return max(1, int(os.environ.get("SLURM_NTASKS", "1")))
+        return slurm_tasks()
     return 1
+
+
+def slurm_tasks() -> int:
+    """Tasks of this SLURM job step, as SlurmClusterResolver counts them."""
+    return max(1, int(os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or 1))
 
 
 def replicas(cfg, devices: List[str], workers: int) -> int:

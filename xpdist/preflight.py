@@ -108,11 +108,36 @@ def _check_cluster(cfg) -> None:
         if strategy == "parameter_server" and cfg.cluster.ps < 1:
             raise ConfigError("cluster.ps", cfg.cluster.ps, "parameter_server needs at least one parameter server",
                               "Set cluster.ps to 1 or more.")
+        if cfg.cluster.max_restarts < 0:
+            raise ConfigError("cluster.max_restarts", cfg.cluster.max_restarts, "must be 0 or more",
+                              "Use 0 for no restart.")
+        if cfg.cluster.start_timeout_s <= 0:
+            raise ConfigError("cluster.start_timeout_s", cfg.cluster.start_timeout_s, "must be above 0",
+                              "Use e.g. 120 (seconds).")
         if strategy != "parameter_server" and cfg.cluster.ps:
             raise ConfigError("cluster.ps", cfg.cluster.ps, f"strategy={strategy} has no parameter servers",
                               "Drop cluster.ps or use strategy=parameter_server.")
     if cluster == "tf_config":
         check_tf_config(os.environ.get("TF_CONFIG"), strategy)
+    if cluster == "slurm":
+        _check_slurm(cfg)
+    if strategy == "parameter_server" and cfg.trainer.name == "fit" and cfg.trainer.log_every_n_steps:
+        raise ConfigError("trainer.log_every_n_steps", cfg.trainer.log_every_n_steps,
+                          "Model.fit under parameter_server refuses batch-level callbacks",
+                          "Set trainer.log_every_n_steps=0 (epoch metrics are still logged).")
+
+
+def _check_slurm(cfg) -> None:
+    """SlurmClusterResolver reads SLURM_* variables that only srun sets."""
+    missing = [v for v in ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS") if v not in os.environ]
+    if missing:
+        raise ConfigError("cluster", "slurm", f"not started by srun ({' and '.join(missing)} unset)",
+                          "Run it with srun inside an sbatch job (see scripts/slurm.sbatch), or use cluster=localhost.")
+    tasks = planning.slurm_tasks()
+    if cfg.strategy.name == "parameter_server" and tasks < cfg.cluster.ps + 2:
+        raise ConfigError("cluster.ps", cfg.cluster.ps, f"parameter_server under slurm needs a chief, cluster.ps "
+                          f"parameter servers and a worker, but srun started {tasks} task(s)",
+                          "Start more tasks (--ntasks) or lower cluster.ps.")
 
 
 def check_tf_config(raw, strategy: str) -> dict:
@@ -144,6 +169,9 @@ def check_tf_config(raw, strategy: str) -> dict:
         jobs = spec["cluster"].get(kind, [])
         if not isinstance(index, int) or not 0 <= index < len(jobs):
             raise bad(f"task index {index} is out of range: cluster.{kind} has {len(jobs)} address(es)")
+    if kind == "evaluator":
+        raise bad("xpdist runs no side-car evaluator task (validation runs in the training loop)",
+                  "Drop the evaluator from the cluster manager's job.")
     if strategy == "parameter_server":
         for needed in ("chief", "worker", "ps"):
             if not spec["cluster"].get(needed):

@@ -60,8 +60,10 @@ def build_context(tf, cfg, plan: Plan, strategy, job_dir: Path, uri: str, run_id
         model = models.build_model(keras, cfg, arrays.input_shape, arrays.num_outputs)
         optimizer = models.build_optimizer(keras, cfg, plan.learning_rate)
     logger = tracking.MetricFile(job_dir / tracking.METRICS_FILE) if chief else None
+    logged = set(logger.steps_with("epoch_time_s")) if logger is not None else set()
     return TrainContext(tf=tf, keras=keras, cfg=cfg, plan=plan, strategy=strategy, model=model, optimizer=optimizer,
-                        arrays=arrays, job_dir=job_dir, logger=logger, chief=chief, uri=uri, run_id=run_id)
+                        arrays=arrays, job_dir=job_dir, logger=logger, chief=chief, uri=uri, run_id=run_id,
+                        logged_epochs=logged)
 
 
 def _read_job(job_dir: Path) -> dict:
@@ -71,6 +73,10 @@ def _read_job(job_dir: Path) -> dict:
 
 
 def train(ctx: TrainContext) -> Dict[str, float]:
+    if ctx.cfg.trainer.name == "ctl" and ctx.plan.strategy == "parameter_server":
+        from xpdist.train import ps_ctl
+
+        return ps_ctl.train(ctx)
     if ctx.cfg.trainer.name == "ctl":
         from xpdist.train import ctl
 
@@ -81,20 +87,74 @@ def train(ctx: TrainContext) -> Dict[str, float]:
 
 
 def save_outputs(ctx: TrainContext) -> None:
-    """The chief saves the final model; the Hydra process logs it and the checkpoints as artifacts."""
-    if ctx.chief and ctx.cfg.tracking.log_model:
+    """The chief saves the final model; the Hydra process logs it and the checkpoints as artifacts.
+
+    Under multi_worker_mirrored saving reads variables through collectives, so every worker
+    must save: the others write to a scratch folder that is then deleted.
+    """
+    if not ctx.chief:
+        if ctx.cfg.tracking.log_model:
+            import shutil
+            import tempfile
+
+            scratch = tempfile.mkdtemp(prefix="xpdist-model-")
+            try:
+                ctx.model.save(os.path.join(scratch, "model.keras"))
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+        return
+    if ctx.cfg.tracking.log_model:
         ctx.model.save(str(ctx.job_dir / "model.keras"))
 
 
+def serve(tf, resolver, job_dir: Path) -> None:
+    """A parameter_server worker or ps task: a tf.distribute.Server that runs what the
+    coordinator sends it, until it is stopped."""
+    import signal
+
+    # server.join() blocks in C++, where Python signal handlers never run; a server keeps
+    # no state worth saving, so SIGTERM and SIGINT end it at once.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
+                                  task_index=resolver.task_id, protocol=resolver.rpc_layer or "grpc", start=True)
+    mark_ready(job_dir, resolver.task_type, resolver.task_id)
+    print(f"xpdist: {resolver.task_type}:{resolver.task_id} serving at {server.target}", flush=True)
+    server.join()
+
+
+def mark_ready(job_dir: Path, kind: str, index: int) -> None:
+    """Tells the cluster=localhost launcher this task has started (its start timeout)."""
+    state = job_dir / "cluster"
+    if state.is_dir():
+        (state / f"{kind}-{index}.ready").touch()
+
+
+def _task_id() -> tuple:
+    import json
+
+    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+    return task.get("type", "worker"), task.get("index", 0)
+
+
 def run(cfg, plan: Plan, job_dir: Path, uri: str, run_id: Optional[str], chief: bool) -> Dict[str, float]:
-    """Trains as cfg says; returns the final epoch's metrics."""
+    """Trains as cfg says; returns the final epoch's metrics.
+
+    Under parameter_server only the chief (coordinator) trains; worker and ps tasks serve.
+    """
     tf = start_tensorflow(cfg)
+    if plan.strategy == "parameter_server":
+        resolver = strategies.cluster_resolver(tf, cfg)
+        if resolver.task_type in ("worker", "ps"):
+            serve(tf, resolver, job_dir)
+            return {}
     strategy = build_strategy(tf, cfg, plan)
+    mark_ready(job_dir, *_task_id())
     ctx = build_context(tf, cfg, plan, strategy, job_dir, uri, run_id, chief)
     final = train(ctx)
     if ctx.logger is not None:  # the run's summary figures, at the last epoch's step
         summary = {k: final[k] for k in ("steady_examples_per_sec", "first_step_s") if k in final}
-        ctx.logger.add(summary, step=len(ctx.history))
+        ctx.logger.add(summary, step=int(cfg.trainer.epochs))  # not len(history): a resumed run has fewer
         ctx.logger.flush()
     save_outputs(ctx)
     return final

@@ -69,12 +69,25 @@ def _multi_worker_mirrored(tf, cfg, plan):
         cluster_resolver=resolver, communication_options=communication_options(tf, cfg))
 
 
+def cluster_resolver(tf, cfg):
+    """The parameter_server cluster: from TF_CONFIG, or from SLURM's environment.
+
+    Under SLURM the tasks are laid out chief first (SLURM_PROCID 0, the coordinator), then
+    cluster.ps parameter servers, then workers.
+    """
+    resolvers = tf.distribute.cluster_resolver
+    if cfg.cluster.name != "slurm":
+        return resolvers.TFConfigClusterResolver()
+    from xpdist.plan import slurm_tasks
+
+    tasks = slurm_tasks()
+    ps = max(1, int(cfg.cluster.ps))
+    return resolvers.SlurmClusterResolver(jobs={"chief": 1, "ps": ps, "worker": tasks - 1 - ps})
+
+
 @STRATEGIES.register("parameter_server")
 def _parameter_server(tf, cfg, plan):
-    if cfg.cluster.name == "slurm":
-        resolver = tf.distribute.cluster_resolver.SlurmClusterResolver()
-    else:
-        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    resolver = cluster_resolver(tf, cfg)
     return tf.distribute.experimental.ParameterServerStrategy(
         resolver, variable_partitioner=variable_partitioner(tf, cfg, resolver))
 

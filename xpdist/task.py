@@ -33,8 +33,13 @@ def prepare_environment(cfg, plan: Plan) -> None:
     os.environ["TF_USE_LEGACY_KERAS"] = "1" if plan.keras == "legacy" else "0"
 
 
-def is_chief() -> bool:
-    """The chief (or, without TF_CONFIG, the only task) logs to MLflow and writes outputs."""
+def is_chief(cluster: str = "tf_config") -> bool:
+    """The chief (or, without TF_CONFIG, the only task) logs to MLflow and writes outputs.
+
+    Under cluster=slurm the chief is SLURM_PROCID 0 (SlurmClusterResolver puts it first).
+    """
+    if cluster == "slurm":
+        return os.environ.get("SLURM_PROCID", "0") == "0"
     raw = os.environ.get("TF_CONFIG")
     if not raw:
         return True
@@ -56,7 +61,7 @@ def main(argv=None) -> int:
     job = json.loads((job_dir / "job.json").read_text())
     cfg = OmegaConf.load(job_dir / "config.yaml")
     plan = Plan(**job["plan"])
-    chief = is_chief()
+    chief = is_chief(cfg.cluster.name)
     prepare_environment(cfg, plan)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     result_path = job_dir / "result.json"

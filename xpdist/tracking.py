@@ -207,6 +207,20 @@ class MetricFile:
         entries = (json.loads(line) for line in self._path.read_text().splitlines() if line.strip())
         return [entry["step"] for entry in entries if key in entry["metrics"]]
 
+    def steps_with(self, key: str) -> List[int]:
+        """Steps at which metric `key` is already in the file (written before a restart)."""
+        if not self._path.exists():
+            return []
+        steps = []
+        for line in self._path.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:  # a line cut short by a kill
+                continue
+            if key in entry["metrics"]:
+                steps.append(entry["step"])
+        return steps
+
     def flush(self) -> None:
         entries, self._entries = self._entries, []  # swapped first: add() may run on a callback thread
         if entries:

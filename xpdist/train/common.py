@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from xpdist.plan import Plan
 
@@ -26,6 +26,9 @@ class TrainContext:
     uri: str
     run_id: Optional[str]  # None until the Hydra process has created the run; the task needs it not
     history: List[Dict[str, float]] = field(default_factory=list)
+    # Epochs already in the MLflow run: a restarted cluster retrains from its last recovery
+    # checkpoint and may redo an epoch it had logged; that epoch is not logged twice.
+    logged_epochs: Set[int] = field(default_factory=set)
     # time.time() when the first training step (or execution of steps) had finished.
     first_step_at: Optional[float] = None
 
@@ -61,9 +64,10 @@ def record_epoch(ctx: TrainContext, epoch: int, logs: Dict[str, float], train_s:
     metrics = {k: float(v) for k, v in logs.items()}
     metrics["epoch_time_s"] = epoch_s
     metrics["examples_per_sec"] = steps * ctx.plan.global_batch_size / train_s if train_s > 0 else 0.0
-    if ctx.logger is not None:
+    if ctx.logger is not None and epoch not in ctx.logged_epochs:
         ctx.logger.add(metrics, step=epoch)
         ctx.logger.flush()
+        ctx.logged_epochs.add(epoch)
     ctx.history.append(metrics)
     return metrics
 
@@ -76,6 +80,17 @@ def checkpoint_manager(ctx: TrainContext, **extra):
         return checkpoint, None
     manager = ctx.tf.train.CheckpointManager(checkpoint, str(ctx.checkpoint_dir), max_to_keep=keep)
     return checkpoint, manager
+
+
+def restore_latest(ctx: TrainContext, checkpoint) -> None:
+    """Restores the chief's latest checkpoint, if any (a restarted cluster resumes from it).
+
+    Every worker reads the chief's directory, not its own: a worker killed before it saved
+    its copy of the last epoch would otherwise resume one epoch behind the others.
+    """
+    latest = ctx.tf.train.latest_checkpoint(str(ctx.job_dir / "checkpoints"))
+    if latest:
+        checkpoint.restore(latest)
 
 
 def final_metrics(ctx: TrainContext) -> Dict[str, float]:

@@ -12,7 +12,7 @@ from typing import Dict
 
 from xpdist.data import replica_batches_fn
 from xpdist.models import loss_and_metrics
-from xpdist.train.common import TrainContext, checkpoint_manager, final_metrics, record_epoch
+from xpdist.train.common import TrainContext, checkpoint_manager, final_metrics, record_epoch, restore_latest
 
 
 class _Loop:
@@ -87,8 +87,8 @@ def train(ctx: TrainContext) -> Dict[str, float]:
     with ctx.strategy.scope():
         epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
     checkpoint, manager = checkpoint_manager(ctx, epoch=epoch_var)
-    if manager is not None and manager.latest_checkpoint:  # resume after a restart
-        checkpoint.restore(manager.latest_checkpoint)
+    if manager is not None:  # resume after a restart
+        restore_latest(ctx, checkpoint)
     iterator = iter(dataset)
     # Skip the batches of completed epochs so a resumed run sees the data it would have seen.
     for _ in range(int(epoch_var.numpy()) * steps):
@@ -120,10 +120,12 @@ def train(ctx: TrainContext) -> Dict[str, float]:
                 val_loss, val_metric = val_loss + float(loss), val_metric + float(metric)
             logs["val_loss"] = val_loss / plan.validation_steps
             logs[f"val_{name}"] = val_metric / (plan.validation_steps * plan.global_batch_size)
+        # Logged before the checkpoint: a restart after the save must not leave a gap in
+        # the run's metrics (a restart before it redoes the epoch, which is not logged twice).
+        record_epoch(ctx, epoch + 1, logs, train_s, time.perf_counter() - start, steps)
         epoch_var.assign(epoch + 1)
         if manager is not None:
             manager.save(checkpoint_number=epoch + 1)
-        record_epoch(ctx, epoch + 1, logs, train_s, time.perf_counter() - start, steps)
         if ctx.chief:
             shown = " - ".join(f"{k}: {v:.4f}" for k, v in logs.items())
             print(f"Epoch {epoch + 1}/{cfg.trainer.epochs} - {train_s:.2f}s - {shown}", flush=True)

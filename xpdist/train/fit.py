@@ -61,17 +61,21 @@ def _callbacks(ctx: TrainContext):
         def on_epoch_end(self, epoch, logs=None):
             self._manager.save(checkpoint_number=epoch + 1)
 
-    callbacks = [StepLoss() if every else MlflowEpochs(), FirstStep()]
+    callbacks = [StepLoss() if every else MlflowEpochs()]
+    if ctx.plan.strategy != "parameter_server":  # its Model.fit refuses batch-level callbacks
+        callbacks.append(FirstStep())
     _, manager = checkpoint_manager(ctx)
     if manager is not None:
         callbacks.append(Checkpoints(manager))
     if ctx.plan.cluster != "local":
-        callbacks.insert(0, keras.callbacks.BackupAndRestore(backup_dir=str(ctx.job_dir / "backup")))
+        # Last, so an epoch is in MLflow before its backup: a restart then never leaves a
+        # gap in the run's metrics (a redone epoch is not logged twice, see record_epoch).
+        callbacks.append(keras.callbacks.BackupAndRestore(backup_dir=str(ctx.job_dir / "backup")))
     return callbacks
 
 
 def train(ctx: TrainContext) -> Dict[str, float]:
-    from xpdist.data import global_batches
+    from xpdist.data import global_batches, worker_batches
 
     tf, cfg, plan, arrays = ctx.tf, ctx.cfg, ctx.plan, ctx.arrays
     with ctx.strategy.scope():  # metric variables too: tf-keras refuses metrics made outside it
@@ -79,6 +83,11 @@ def train(ctx: TrainContext) -> Dict[str, float]:
         ctx.model.compile(optimizer=ctx.optimizer, loss=spec["loss"], metrics=spec["metrics"],
                           steps_per_execution=plan.steps_per_execution, jit_compile=cfg.trainer.jit_compile)
     train_ds = global_batches(tf, arrays.x_train, arrays.y_train, cfg, plan, training=True)
+    if plan.strategy == "parameter_server":
+        # tf-keras' Model.fit under ParameterServerStrategy takes a DatasetCreator: each
+        # worker builds its own pipeline (the coordinator makes per-worker datasets of it).
+        train_ds = ctx.keras.utils.experimental.DatasetCreator(
+            lambda _context: worker_batches(tf, arrays.x_train, arrays.y_train, cfg, plan))
     val_ds = None
     if plan.validation_steps:
         val_ds = global_batches(tf, arrays.x_val, arrays.y_val, cfg, plan, training=False)

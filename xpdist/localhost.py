@@ -1,0 +1,239 @@
+"""cluster=localhost: a real multi-process TensorFlow cluster on 127.0.0.1.
+
+Every task is its own `python -m xpdist.task <job dir>` process with its own TF_CONFIG and
+port, its output in <job dir>/logs/<type>-<index>.log. Separate processes, not in-process
+servers: in-process parameter-server clusters can deadlock on a 2-core machine.
+
+The launcher watches every task. The chief (worker 0 for multi_worker_mirrored, the
+coordinator for parameter_server) ends the training; any other task that dies is a failure,
+except a parameter_server worker, which ClusterCoordinator tolerates. A failure restarts the
+cluster while cluster.max_restarts allows (training resumes from its recovery checkpoints),
+else it stops every task and reports "<task> failed: <its error>".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from xpdist import launch
+from xpdist.plan import Plan
+
+# Seconds between two looks at the tasks.
+POLL_S = 0.25
+# Seconds the other tasks get to stop once a task has failed: their state is not kept.
+FAILURE_GRACE_S = 3.0
+# Seconds multi_worker_mirrored workers get to finish after the chief has finished.
+FINISH_GRACE_S = 30.0
+
+
+@dataclass(frozen=True)
+class Task:
+    kind: str  # chief, worker or ps
+    index: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}:{self.index}"
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.kind}-{self.index}"
+
+
+class TaskFailed(Exception):
+    """A task of the cluster died or reported an error."""
+
+    def __init__(self, task: Task, message: str):
+        self.task = task
+        super().__init__(f"{task.name} failed: {message}")
+
+
+def free_ports(count: int) -> List[int]:
+    """Ports free on 127.0.0.1 now (all sockets held open together, so they differ)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+
+
+def cluster_spec(cfg) -> Tuple[Dict[str, List[str]], List[Task], Task]:
+    """The cluster's jobs -> addresses, its tasks, and which task is the chief."""
+    ps = cfg.strategy.name == "parameter_server"
+    jobs = {"chief": 1, "worker": cfg.cluster.workers, "ps": cfg.cluster.ps} if ps else {"worker": cfg.cluster.workers}
+    ports = iter(free_ports(sum(jobs.values())))
+    spec = {kind: [f"127.0.0.1:{next(ports)}" for _ in range(n)] for kind, n in jobs.items()}
+    tasks = [Task(kind, i) for kind, n in jobs.items() for i in range(n)]
+    return spec, tasks, Task("chief", 0) if ps else Task("worker", 0)
+
+
+def tf_config(spec: Dict[str, List[str]], task: Task) -> str:
+    return json.dumps({"cluster": spec, "task": {"type": task.kind, "index": task.index}})
+
+
+def last_error(log: Path) -> Optional[str]:
+    """The one-line error a task printed last ("xpdist task: ..."), if any."""
+    if not log.exists():
+        return None
+    lines = log.read_text(errors="replace").splitlines()
+    found = [line.split("xpdist task: ", 1)[1] for line in lines if "xpdist task: " in line]
+    return found[-1] if found else None
+
+
+class Cluster:
+    """The task processes of one job; start() may run again after a failure (a restart)."""
+
+    def __init__(self, cfg, job_dir: Path, env: Dict[str, str]):
+        self.cfg, self.job_dir, self.env = cfg, job_dir, env
+        self.ps_strategy = cfg.strategy.name == "parameter_server"
+        self.logs = job_dir / "logs"
+        self.state = job_dir / "cluster"  # tasks.json (pids), <task>.ready markers
+        self.procs: Dict[Task, subprocess.Popen] = {}
+        self.spec: Dict[str, List[str]] = {}
+        self.tasks: List[Task] = []
+        self.chief = Task("worker", 0)
+        self.attempt = 0
+        self.tolerated: set = set()  # parameter_server workers that died, training went on
+        self.started_at = 0.0
+
+    def start(self) -> None:
+        """Starts every task on fresh ports."""
+        self.attempt += 1
+        self.spec, self.tasks, self.chief = cluster_spec(self.cfg)
+        self.tolerated = set()
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.state.mkdir(parents=True, exist_ok=True)
+        for marker in self.state.glob("*.ready"):
+            marker.unlink()
+        (self.job_dir / "result.json").unlink(missing_ok=True)
+        self.started_at = time.monotonic()
+        for task in self.tasks:
+            self.start_task(task)
+
+    def start_task(self, task: Task) -> None:
+        (self.state / f"{task.file_name}.ready").unlink(missing_ok=True)
+        log = open(self.logs / f"{task.file_name}.log", "a")
+        log.write(f"--- xpdist: start {task.name}, attempt {self.attempt}, TF_CONFIG {tf_config(self.spec, task)}\n")
+        log.flush()
+        env = dict(self.env, TF_CONFIG=tf_config(self.spec, task))
+        if self.ps_strategy:
+            env["GRPC_FAIL_FAST"] = "use_caller"  # the guide's setting: fail fast, let the coordinator retry
+        with log:  # the child holds its own copy of the descriptor
+            self.procs[task] = launch.start(launch.task_command(self.job_dir), env, log)
+        pids = {t.name: p.pid for t, p in self.procs.items()}
+        (self.state / "tasks.json").write_text(json.dumps({"attempt": self.attempt, "pids": pids}, indent=2))
+
+    def stop(self, first: int = signal.SIGTERM, grace_s: float = launch.GRACE_S) -> None:
+        launch.stop(list(self.procs.values()), first=first, grace_s=grace_s)
+
+    def watch(self) -> int:
+        """Waits until the chief ends; returns its exit code.
+
+        Raises:
+            TaskFailed: another task died (a parameter_server worker only when none is left),
+                or a task did not start within cluster.start_timeout_s.
+        """
+        while True:
+            dead = [t for t, p in self.procs.items()
+                    if t != self.chief and t not in self.tolerated and p.poll() not in (None, 0)]
+            # A task killed by a signal is the likelier cause when the chief failed too.
+            dead.sort(key=lambda t: self.procs[t].returncode >= 0)
+            code = self.procs[self.chief].poll()
+            if code is not None and not (dead and self.procs[dead[0]].returncode < 0):
+                return code
+            for task in dead:
+                self._task_died(task, self.procs[task].returncode)
+            if code is not None:
+                return code
+            self._check_started()
+            time.sleep(POLL_S)
+
+    def _task_died(self, task: Task, code: int) -> None:
+        if not (self.ps_strategy and task.kind == "worker"):
+            raise TaskFailed(task, self.describe(task, code))
+        if all(p.poll() not in (None, 0) for t, p in self.procs.items() if t.kind == "worker"):
+            raise TaskFailed(task, self.describe(task, code) + "; no parameter_server worker is left")
+        # ClusterCoordinator moves this worker's steps to the workers left.
+        self.tolerated.add(task)
+        print(f"xpdist: {task.name} died ({self.describe(task, code)}); "
+              "the coordinator goes on with the other workers", flush=True)
+
+    def _check_started(self) -> None:
+        if time.monotonic() - self.started_at < float(self.cfg.cluster.start_timeout_s):
+            return
+        for task in self.tasks:
+            if not (self.state / f"{task.file_name}.ready").exists() and self.procs[task].poll() is None:
+                raise TaskFailed(task, f"it did not start within cluster.start_timeout_s="
+                                       f"{self.cfg.cluster.start_timeout_s:g} s (log: {self.log_of(task)})")
+        self.started_at = float("inf")  # all started: stop checking
+
+    def log_of(self, task: Task) -> Path:
+        return self.logs / f"{task.file_name}.log"
+
+    def describe(self, task: Task, code: int) -> str:
+        from xpdist.cluster import describe_exit
+
+        error = last_error(self.log_of(task))
+        how = error or describe_exit(code).replace("the task", "it")
+        return f"{how} (log: {self.log_of(task)})"
+
+    def wait_others(self) -> None:
+        """After the chief finished: MWMS workers end on their own; servers are stopped."""
+        if not self.ps_strategy:
+            deadline = time.monotonic() + FINISH_GRACE_S
+            while time.monotonic() < deadline and any(p.poll() is None for p in self.procs.values()):
+                time.sleep(POLL_S)
+        self.stop(grace_s=FAILURE_GRACE_S)
+
+
+def run(cfg, plan: Plan, job_dir: Path, env: Dict[str, str]):
+    """Runs the cluster to the end, restarting it up to cluster.max_restarts times."""
+    from xpdist.cluster import Outcome, outcome_from
+
+    cluster = Cluster(cfg, job_dir, env)
+    restarts = 0
+    try:
+        with launch.signals_raise():
+            while True:
+                cluster.start()
+                try:
+                    code = cluster.watch()
+                except TaskFailed as failure:
+                    cluster.stop(signal.SIGKILL, grace_s=FAILURE_GRACE_S)
+                    if restarts >= cfg.cluster.max_restarts:
+                        return Outcome("FAILED", str(failure)), restarts
+                    restarts += 1
+                    _note(cluster, f"{failure}; restarting the cluster ({restarts}/{cfg.cluster.max_restarts})")
+                    continue
+                if code == 0:
+                    cluster.wait_others()
+                else:  # the others may be stuck in a collective with the dead chief
+                    cluster.stop(signal.SIGKILL, grace_s=FAILURE_GRACE_S)
+                outcome = outcome_from(job_dir, code)
+                if outcome.status == "FAILED" and restarts < cfg.cluster.max_restarts and code != 0:
+                    restarts += 1
+                    _note(cluster, f"{cluster.chief.name} failed: {outcome.error}; restarting the cluster "
+                                   f"({restarts}/{cfg.cluster.max_restarts})")
+                    continue
+                if outcome.status == "FAILED" and outcome.error:
+                    outcome.error = f"{cluster.chief.name} failed: {outcome.error}"
+                return outcome, restarts
+    except launch.Interrupted:
+        cluster.stop(first=signal.SIGINT)
+        raise
+    finally:
+        cluster.stop(grace_s=FAILURE_GRACE_S)
+
+
+def _note(cluster: Cluster, message: str) -> None:
+    print(f"xpdist: {message}", flush=True)
+    with open(cluster.logs / "launcher.log", "a") as log:
+        log.write(message + "\n")

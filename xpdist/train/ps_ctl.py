@@ -1,0 +1,95 @@
+"""trainer=ctl under parameter_server: a custom loop driven by a ClusterCoordinator.
+
+The coordinator (this process, the chief) schedules training steps on whichever worker is
+free, with per-worker datasets; variables live on the parameter servers. A worker that dies
+mid-training has its steps rescheduled on the others (ClusterCoordinator's fault tolerance).
+Validation runs on the coordinator, which reads the variables from the parameter servers.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Dict
+
+from xpdist.data import worker_batches
+from xpdist.models import loss_and_metrics
+from xpdist.train.common import TrainContext, checkpoint_manager, final_metrics, record_epoch, restore_latest
+
+
+def train(ctx: TrainContext) -> Dict[str, float]:
+    tf, cfg, plan, arrays, strategy = ctx.tf, ctx.cfg, ctx.plan, ctx.arrays, ctx.strategy
+    model, optimizer = ctx.model, ctx.optimizer
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    spec = loss_and_metrics(ctx.keras, arrays.kind, reduction="none")
+    loss_fn, name = spec["loss"], spec["metrics"][0].name
+    classification = arrays.kind == "classification"
+    global_batch = plan.global_batch_size
+    with strategy.scope():  # slot variables must exist before steps run on workers
+        optimizer.build(model.trainable_variables)
+
+    def metric_sum(y, outputs):
+        if classification:
+            predicted = tf.cast(tf.argmax(outputs, axis=-1), y.dtype)
+            return tf.reduce_sum(tf.cast(tf.equal(tf.reshape(y, [-1]), predicted), tf.float32))
+        return tf.reduce_sum(tf.reduce_mean(tf.abs(tf.cast(y, outputs.dtype) - outputs), axis=-1))
+
+    def batch_loss(y, outputs):
+        loss = tf.nn.compute_average_loss(loss_fn(y, outputs), global_batch_size=global_batch)
+        if model.losses:
+            loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+        return loss
+
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            outputs = model(x, training=True)
+            loss = batch_loss(y, outputs)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss, metric_sum(y, outputs)
+
+    @tf.function
+    def train_step(iterator):
+        loss, metric = strategy.run(replica_step, args=next(iterator))
+        SUM = tf.distribute.ReduceOp.SUM
+        return strategy.reduce(SUM, loss, axis=None), strategy.reduce(SUM, metric, axis=None)
+
+    @tf.function
+    def eval_step(x, y):
+        outputs = model(x, training=False)
+        return batch_loss(y, outputs), metric_sum(y, outputs)
+
+    @tf.function
+    def per_worker_dataset_fn():
+        return strategy.distribute_datasets_from_function(
+            lambda _context: worker_batches(tf, arrays.x_train, arrays.y_train, cfg, plan))
+
+    iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+    val_ds = None
+    if plan.validation_steps:
+        val_ds = tf.data.Dataset.from_tensor_slices((arrays.x_val, arrays.y_val)).batch(global_batch, drop_remainder=True)
+    epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")  # on the coordinator
+    checkpoint, manager = checkpoint_manager(ctx, epoch=epoch_var)
+    if manager is not None:  # resume after a cluster restart
+        restore_latest(ctx, checkpoint)
+    steps = plan.steps_per_epoch
+    for epoch in range(int(epoch_var.numpy()), cfg.trainer.epochs):
+        start = time.perf_counter()
+        results = [coordinator.schedule(train_step, args=(iterator,)) for _ in range(steps)]
+        results[0].fetch()  # blocks until the first step is done: the first_step_s metric
+        ctx.step_done()
+        coordinator.join()
+        train_s = time.perf_counter() - start
+        fetched = [r.fetch() for r in results]
+        logs = {"loss": sum(float(l) for l, _ in fetched) / steps,
+                name: sum(float(m) for _, m in fetched) / (steps * global_batch)}
+        if val_ds is not None:
+            val = [eval_step(x, y) for x, y in val_ds]
+            logs["val_loss"] = sum(float(l) for l, _ in val) / len(val)
+            logs[f"val_{name}"] = sum(float(m) for _, m in val) / (len(val) * global_batch)
+        record_epoch(ctx, epoch + 1, logs, train_s, time.perf_counter() - start, steps)  # before the save: no gap
+        epoch_var.assign(epoch + 1)
+        if manager is not None:
+            manager.save(checkpoint_number=epoch + 1)
+        shown = " - ".join(f"{k}: {v:.4f}" for k, v in logs.items())
+        print(f"Epoch {epoch + 1}/{cfg.trainer.epochs} - {train_s:.2f}s - {shown}", flush=True)
+    return final_metrics(ctx)
