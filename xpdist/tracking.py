@@ -200,13 +200,6 @@ class MetricFile:
         """Buffers; serialising waits for flush(), so a per-step call costs a few microseconds."""
         self._entries.append((int(step), int(time.time() * 1000), metrics))
 
-    def logged_steps(self, key: str) -> List[int]:
-        """Steps at which `key` was already written (a restarted task skips those epochs)."""
-        if not self._path.exists():
-            return []
-        entries = (json.loads(line) for line in self._path.read_text().splitlines() if line.strip())
-        return [entry["step"] for entry in entries if key in entry["metrics"]]
-
     def steps_with(self, key: str) -> List[int]:
         """Steps at which metric `key` is already in the file (written before a restart)."""
         if not self._path.exists():

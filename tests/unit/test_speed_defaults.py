@@ -49,4 +49,4 @@ def test_metric_file_lines_reach_the_run_through_the_relay(tmp_path):
     relay.stop()  # never started: stop() relays the rest
     assert sorted((m.step, m.value) for m in client.get_metric_history(run_id, "loss")) == [(1, 0.5), (2, 0.125)]
     assert [(m.step, m.value) for m in client.get_metric_history(run_id, "batch_loss")] == [(3, 0.25)]
-    assert metrics.logged_steps("epoch_time_s") == [1]
+    assert metrics.steps_with("epoch_time_s") == [1]
