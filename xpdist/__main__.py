@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -43,11 +44,28 @@ def main(cfg: DictConfig) -> job.JobResult:
         sys.exit(130)
     if result.status == "REJECTED":
         print(f"xpdist: error: {result.error}", file=sys.stderr)
+        _remove_rejected_output(ctx)
     elif not multirun:
         job.print_summary(result, ctx.tracking_uri or _uri(cfg, ctx))
     if not result.ok:
         _State.exit_code = 2 if result.status == "REJECTED" else 1
     return result
+
+
+def _remove_rejected_output(ctx: job.JobContext) -> None:
+    """Removes the output folder Hydra made for a rejected run (only its own config and log in it)."""
+    folder = ctx.job_dir.resolve()
+    launch_dir = ctx.launch_dir.resolve()
+    if launch_dir not in folder.parents or any(p.name not in _HYDRA_FILES for p in folder.iterdir()):
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    for parent in folder.parents:  # outputs/<day>/ and outputs/ when nothing else is left in them
+        if parent == launch_dir or any(parent.iterdir()):
+            break
+        parent.rmdir()
+
+
+_HYDRA_FILES = {".hydra", "__main__.log"}
 
 
 def _uri(cfg: DictConfig, ctx: job.JobContext) -> str:

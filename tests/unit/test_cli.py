@@ -34,6 +34,7 @@ def assert_rejected(xpdist: Xpdist, proc, key: str) -> str:
 def test_bad_config_is_one_line_and_exit_2(xpdist, overrides, key, says):
     line = assert_rejected(xpdist, xpdist.run(*overrides, timeout=120), key)
     assert says in line
+    assert not (xpdist.workdir / "outputs").exists()  # no half-written output folder either
 
 
 def test_unreachable_tracking_server(xpdist):
