@@ -35,7 +35,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import psutil
 
@@ -95,13 +95,6 @@ def strategies() -> Dict[str, Strategy]:
         "multi_worker_mirrored", ["strategy=multi_worker_mirrored", "cluster=localhost", "cluster.workers=2"],
         ["--strategy", "multi_worker_mirrored"], workers=2, replicas=2)
     return found
-
-
-def unavailable(strategy: Strategy) -> Optional[str]:
-    """Why xpdist cannot run this strategy in this checkout (None if it can)."""
-    if "cluster=localhost" in strategy.xpdist and not (REPO / "conf" / "cluster" / "localhost.yaml").exists():
-        return "cluster=localhost is not available in this checkout (issue 4); multi_worker_mirrored skipped"
-    return None
 
 
 @dataclass
@@ -331,7 +324,7 @@ def fmt(value: float, digits: int = 1) -> str:
     return "n/a" if value != value else f"{value:,.{digits}f}"
 
 
-def markdown(table, targets: List[dict], meta: dict, skipped: List[str]) -> str:
+def markdown(table, targets: List[dict], meta: dict) -> str:
     lines = [f"Medians of {meta['reps']} interleaved repetition(s), each a fresh process; "
              f"{meta['machine']}. Command: `{meta['command']}`", "",
              "| workload / strategy | way | wall s | first step s | steady ex/s | peak RSS MB (largest / all) | runs (failed) |",
@@ -345,7 +338,6 @@ def markdown(table, targets: List[dict], meta: dict, skipped: List[str]) -> str:
                              f"{fmt(r['peak_total_rss_mb'], 0)} | {r['runs']} ({r['failed']}) |")
     lines += ["", "| workload / strategy | target | figure | met |", "|---|---|---:|:---:|"]
     lines += [f"| {t['case']} | {t['target']} | {t['figure']} | {'yes' if t['met'] else 'NO'} |" for t in targets]
-    lines += [f"\nSkipped: {s}" for s in skipped]
     return "\n".join(lines) + "\n"
 
 
@@ -372,14 +364,7 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="xpdist-bench-"))
     (args.out / "logs").mkdir(parents=True, exist_ok=True)
     prepare_stores(work)
-    skipped, cases = [], []
-    for name in args.strategies:
-        reason = unavailable(strats[name])
-        if reason:
-            print(f"bench: note: {reason}", flush=True)
-            skipped.append(reason)
-            continue
-        cases += [(loads[w], strats[name]) for w in args.workloads]
+    cases = [(loads[w], strats[name]) for name in args.strategies for w in args.workloads]
 
     def one(workload: Workload, strategy: Strategy, way: str, rep: int) -> Measure:
         m = Measure(way, workload.name, strategy.name, rep, workload.per_replica_batch * strategy.replicas)
@@ -409,13 +394,13 @@ def main(argv=None) -> int:
             shift = (rep + i) % len(ways)  # rotate the order so no way always runs first
             for way in ways[shift:] + ways[:shift]:
                 measures.append(one(workload, strategy, way, rep))
-                write_results(args.out, measures, meta, skipped)  # a long run stopped early still reports
-    print(write_results(args.out, measures, meta, skipped))
+                write_results(args.out, measures, meta)  # a long run stopped early still reports
+    print(write_results(args.out, measures, meta))
     shutil.rmtree(work, ignore_errors=True)  # job dirs, checkpoints and stores of the runs
     return 0 if all(m.ok for m in measures) else 1
 
 
-def write_results(out: Path, measures: List[Measure], meta: dict, skipped: List[str]) -> str:
+def write_results(out: Path, measures: List[Measure], meta: dict) -> str:
     """Writes bench.json and bench.md from the runs so far; returns the Markdown."""
     table = summarize(measures)
     targets = checks(table, meta["step_log_cost_us"])
@@ -423,10 +408,10 @@ def write_results(out: Path, measures: List[Measure], meta: dict, skipped: List[
                 machine=f"{platform.node()}, {psutil.cpu_count()} CPUs, load average "
                         f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} when written",
                 written=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))
-    report = {"meta": meta, "summary": table, "targets": targets, "skipped": skipped,
+    report = {"meta": meta, "summary": table, "targets": targets,
               "runs": [asdict(m) for m in measures]}
     (out / "bench.json").write_text(json.dumps(report, indent=2))
-    text = markdown(table, targets, meta, skipped)
+    text = markdown(table, targets, meta)
     (out / "bench.md").write_text(text)
     return text
 
