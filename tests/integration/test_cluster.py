@@ -169,19 +169,26 @@ def test_multi_worker_mirrored_fit_on_two_workers(xpdist, tmp_path):
 
 @SLOW
 @CLUSTER
-def test_multi_worker_mirrored_ctl_matches_one_device(xpdist, tmp_path):
-    """2 workers x 5 examples and one device x 10 examples train the same steps: same weights."""
-    common = ["trainer=ctl", "model=mlp", "model.hidden_units=[8]", "dataset.num_features=4",
+@pytest.mark.parametrize("trainer", ["ctl", "fit"])
+def test_multi_worker_mirrored_matches_one_device(xpdist, tmp_path, trainer):
+    """2 workers x 5 examples and one device x 10 examples train the same steps: same weights.
+
+    Model.fit under multi_worker_mirrored runs tf-keras (keras=auto), so its one-device
+    counterpart does too: the two flavours initialise weights differently for one seed.
+    """
+    common = [f"trainer={trainer}", "model=mlp", "model.hidden_units=[8]", "dataset.num_features=4",
               "dataset.noise=0.5", "seed=7"]
     mwms = tmp_path / "mwms"
     done = xpdist.run(*MWMS, *common, "dataset.per_replica_batch_size=5", f"hydra.run.dir={mwms}", timeout=400)
     assert done.returncode == 0, done.stdout + done.stderr
     single = tmp_path / "single"
-    done = xpdist.run("strategy=one_device", *common, "dataset.per_replica_batch_size=10",
+    flavour = ["keras=legacy"] if trainer == "fit" else []
+    done = xpdist.run("strategy=one_device", *common, *flavour, "dataset.per_replica_batch_size=10",
                       f"hydra.run.dir={single}", timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     runs = xpdist.runs()
     assert len(runs) == 2 and {r.data.params["global_batch_size"] for r in runs} == {"10"}
+    assert len({r.data.params["keras"] for r in runs}) == 1
     assert_nothing_left(mwms)
     a, b = weights(mwms / "model.keras"), weights(single / "model.keras")
     assert a.keys() == b.keys() and a
@@ -191,9 +198,10 @@ def test_multi_worker_mirrored_ctl_matches_one_device(xpdist, tmp_path):
 
 @SLOW
 @CLUSTER
-def test_killed_worker_restarts_the_cluster_and_training_resumes(xpdist, tmp_path):
+@pytest.mark.parametrize("trainer", ["fit", "ctl"])
+def test_killed_worker_restarts_the_cluster_and_training_resumes(xpdist, tmp_path, trainer):
     job = tmp_path / "job"
-    proc = start(xpdist, job, *MWMS, *LONG, "cluster.max_restarts=1")
+    proc = start(xpdist, job, *MWMS, *LONG, f"trainer={trainer}", "cluster.max_restarts=1")
     kill_after(proc, job, "worker:1", job / "checkpoints" / "ckpt-1.index")
     out = finish(proc)
     assert proc.returncode == 0, out

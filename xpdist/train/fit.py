@@ -32,12 +32,17 @@ def _callbacks(ctx: TrainContext):
             record_epoch(ctx, epoch + 1, logs or {}, train_s, total, steps)
 
     # Keras 3 runs batch hooks on a worker thread only when every callback that has one is
-    # async_safe; otherwise it turns the logs into Python numbers after every step, waiting
-    # for the device. Both hooks below only append to lists.
+    # async_safe, and tf-keras passes them the logs as tensors only when every one has
+    # _supports_tf_logs; otherwise both turn the logs into Python numbers after every step,
+    # waiting for the device. The hooks below need no number but batch_loss every N steps.
     class FirstStep(keras.callbacks.Callback):
         """Notes when the first training call has ended (the first_step_s metric)."""
 
         async_safe = True
+
+        def __init__(self):
+            super().__init__()
+            self._supports_tf_logs = True
 
         def on_train_batch_end(self, batch, logs=None):
             ctx.step_done()
@@ -46,6 +51,10 @@ def _callbacks(ctx: TrainContext):
         """Buffers batch_loss every trainer.log_every_n_steps steps (written at epoch end)."""
 
         async_safe = True
+
+        def __init__(self):
+            super().__init__()
+            self._supports_tf_logs = True  # float() below waits for the device every N steps only
 
         def on_train_batch_end(self, batch, logs=None):
             if ctx.logger is not None:
