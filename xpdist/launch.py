@@ -54,8 +54,14 @@ def task_command(job_dir: Path, extra: Sequence[str] = ()) -> List[str]:
     return [sys.executable, "-m", "xpdist.task", str(job_dir), *extra]
 
 
+# When the task process was started (time.time()); the kernel's process start time, rebuilt
+# from the boot time in whole seconds, was up to a second off here.
+LAUNCHED_AT_ENV = "XPDIST_TASK_LAUNCHED_AT"
+
+
 def start(cmd: Sequence[str], env: Dict[str, str], log: Optional[IO] = None) -> subprocess.Popen:
     """Starts a task in its own process group, killed if this process dies."""
+    env = {**env, LAUNCHED_AT_ENV: repr(time.time())}  # the task's clock for first_step_s
     return subprocess.Popen(list(cmd), env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
                             preexec_fn=_die_with_parent)
 

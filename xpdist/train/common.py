@@ -107,7 +107,13 @@ def final_metrics(ctx: TrainContext) -> Dict[str, float]:
 
 
 def process_started_at() -> float:
-    """When this process started, as time.time() (from the kernel's process table)."""
+    """When this process started, as time.time(): from its launcher, else the kernel's process table."""
+    import os
+
+    from xpdist.launch import LAUNCHED_AT_ENV
+
+    if os.environ.get(LAUNCHED_AT_ENV):
+        return float(os.environ[LAUNCHED_AT_ENV])
     import psutil
 
     return psutil.Process().create_time()
