@@ -149,7 +149,7 @@ def test_same_weights_as_one_device_fit(runs, name):
 # count reads 8, 24, 56 (not 8, 16, 24), so the logged loss is higher (2.27 and 1.32 where every
 # other strategy logs 1.95 and 1.04) although the weights are identical. A Keras issue, not a
 # different training. Strict, so that a fix shows up.
-KERAS_CENTRAL_STORAGE_LOSS = pytest.mark.xfail(strict=True, reason="Keras 3 fit's loss metric under central_storage")
+KERAS_CENTRAL_STORAGE_LOSS = pytest.mark.xfail(strict=True, reason="Keras 3 fit reports wrong metrics under central_storage")
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=KERAS_CENTRAL_STORAGE_LOSS) if n == "central_storage-fit" else n
