@@ -94,10 +94,11 @@ def local_devices(cfg) -> List[str]:
 
 
 def keras_flavour(cfg) -> str:
-    """keras3 or legacy (tf-keras): auto picks tf-keras where Keras 3's Model.fit cannot train."""
+    """keras3 or legacy (tf-keras): auto picks tf-keras where Keras 3's Model.fit cannot train,
+    or reports wrong metrics (under central_storage; the weights are right)."""
     if cfg.keras != "auto":
         return cfg.keras
-    needs_legacy = cfg.trainer.name == "fit" and cfg.strategy.name in MULTI_WORKER
+    needs_legacy = cfg.trainer.name == "fit" and cfg.strategy.name in MULTI_WORKER + ("central_storage",)
     return "legacy" if needs_legacy else "keras3"
 
 

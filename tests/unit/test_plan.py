@@ -97,6 +97,9 @@ def test_run_names(tmp_path, overrides, name):
     ([], "keras3"),
     (["strategy=multi_worker_mirrored"], "legacy"),  # Keras 3's fit cannot train under MWMS
     (["strategy=multi_worker_mirrored", "trainer=ctl"], "keras3"),
+    (["strategy=central_storage"], "legacy"),  # Keras 3's fit reports wrong metrics there
+    (["strategy=central_storage", "trainer=ctl"], "keras3"),
+    (["strategy=central_storage", "keras=keras3"], "keras3"),
     (["keras=legacy"], "legacy"),
 ])
 def test_keras_flavour(tmp_path, overrides, keras):
