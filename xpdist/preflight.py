@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -63,6 +64,10 @@ def _check_strategy_options(cfg) -> None:
         raise ConfigError(
             "keras", flavour, f"Keras 3's Model.fit cannot train under strategy={strategy} "
             "(keras-team/keras#18624, #20585)", "Use keras=auto or keras=legacy (tf-keras), or trainer=ctl.")
+    if flavour == "keras3" and cfg.trainer.name == "fit" and strategy == "central_storage":
+        print("xpdist: warning: keras=keras3: Keras 3's Model.fit logs wrong loss and metrics under "
+              "strategy=central_storage (the training is right); keras=auto or trainer=ctl logs the right ones.",
+              file=sys.stderr)
 
 
 def _check_tpu(tpu: str) -> None:

@@ -154,6 +154,17 @@ def test_configs_that_can_run_pass(tmp_path, overrides):
     preflight.check(plain(*overrides), tmp_path)
 
 
+@pytest.mark.parametrize("overrides, warned", [
+    (["strategy=central_storage", "devices.logical_cpus=2", "keras=keras3"], True),
+    (["strategy=central_storage", "devices.logical_cpus=2"], False),  # auto: tf-keras
+    (["strategy=central_storage", "devices.logical_cpus=2", "keras=keras3", "trainer=ctl"], False),
+])
+def test_keras3_fit_under_central_storage_warns(tmp_path, capsys, overrides, warned):
+    preflight.check(plain(*overrides), tmp_path)
+    err = capsys.readouterr().err
+    assert ("keras=keras3: Keras 3's Model.fit logs wrong loss" in err) == warned, err
+
+
 def test_cnn_on_npz_follows_the_array_shape(tmp_path):
     np.savez(tmp_path / "flat.npz", x=np.zeros((40, 3), "float32"), y=np.zeros(40, "int32"))
     np.savez(tmp_path / "images.npz", x=np.zeros((40, 8, 8), "float32"), y=np.zeros(40, "int32"))
