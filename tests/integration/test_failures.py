@@ -39,7 +39,8 @@ def test_mnist_offline_fails_with_one_line(tmp_path):
 
 
 # Long enough to be interrupted mid-training: 200 steps per epoch, a hundred thousand epochs.
-LONG = ["trainer=ctl", "dataset.num_examples=1000", "trainer.epochs=100000", "trainer.keep_checkpoints=0"]
+LONG_EPOCHS = 100000
+LONG = ["trainer=ctl", "dataset.num_examples=1000", f"trainer.epochs={LONG_EPOCHS}", "trainer.keep_checkpoints=0"]
 
 
 def interrupt_mid_training(xpdist: Xpdist, signum: int, timeout: float = 300) -> dict:
@@ -89,7 +90,7 @@ def test_signal_ends_the_run_killed(signum, interrupted):
     assert run.data.tags["xpdist.error"] == f"interrupted by {name}"
     # Stopped mid-training: at least one epoch recorded, far from all of them.
     steps = [m.step for m in xpdist.client().get_metric_history(run.info.run_id, "loss")]
-    assert 1 <= len(steps) < 100000 and steps == list(range(1, len(steps) + 1))
+    assert 1 <= len(steps) < LONG_EPOCHS and steps == list(range(1, len(steps) + 1))
 
 
 @pytest.fixture(scope="module")
