@@ -39,6 +39,9 @@ from typing import Dict, List
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a clone without an install
+from xpdist.core.jobdir import JobDir, JobSpec, MetricFile, TaskResult, read_metrics  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 BASELINE = REPO / "scripts" / "bench_baseline.py"
 WAYS = ("xpdist", "script+mlflow", "script")
@@ -198,17 +201,18 @@ def run_xpdist(m: Measure, overrides: List[str], work: Path, timeout_s: float) -
     cmd = [sys.executable, "-m", "xpdist", *overrides, f"hydra.run.dir={job_dir}"]
     launched_at, m.wall_s, codes, m.peak_rss_mb, m.peak_total_rss_mb = run_processes(
         [cmd], [base_env()], work / "xpdist", Path(m.log), timeout_s)
-    job_file = job_dir / "job.json"
-    if job_file.exists():
-        m.steps_per_execution = json.loads(job_file.read_text())["plan"].get("steps_per_execution", 1)
-    result_path = job_dir / "result.json"
-    result = json.loads(result_path.read_text()) if result_path.exists() else {}
-    metrics = result.get("metrics", {})
-    m.ok = codes == [0] and result.get("status") == "FINISHED"
-    m.error = "" if m.ok else f"exit {codes}, result {result.get('status')}: {result.get('error', '')}"
+    job = JobDir(job_dir)
+    if job.spec.exists():
+        m.steps_per_execution = JobSpec.read(job).plan.steps_per_execution
+    result = TaskResult.read(job)
+    metrics: Dict[str, float] = {}
+    for _, _, values in read_metrics(job.metrics):
+        metrics.update(values)
+    m.ok = codes == [0] and result is not None and result.status == "FINISHED"
+    m.error = "" if m.ok else f"exit {codes}, result {result and result.status}: {result and result.error}"
     m.steady_examples_per_sec = metrics.get("steady_examples_per_sec", float("nan"))
-    if "first_step_s" in metrics and "started_at" in result:
-        m.first_step_s = result["started_at"] + metrics["first_step_s"] - launched_at
+    if "first_step_s" in metrics and result is not None and result.started_at:
+        m.first_step_s = result.started_at + metrics["first_step_s"] - launched_at
 
 
 def run_script(m: Measure, args: List[str], strategy: Strategy, work: Path, timeout_s: float) -> None:
@@ -276,11 +280,8 @@ def step_log_cost_us(n: int = 20000) -> float:
     writes happen in the Hydra process). The end-to-end A/B runs measure the same thing
     through the noise of whole training runs.
     """
-    sys.path.insert(0, str(REPO))
-    from xpdist import tracking
-
     with tempfile.TemporaryDirectory() as folder:
-        metrics = tracking.MetricFile(Path(folder) / tracking.METRICS_FILE)
+        metrics = MetricFile(JobDir(Path(folder)).metrics)
         start = time.perf_counter()
         for step in range(n):
             metrics.add({"batch_loss": float(0.5 + step * 1e-9)}, step=step)

@@ -58,7 +58,7 @@ def compose(overrides: Sequence[str] = (), config_name: str = "config"):
     """Composes the real config (no TensorFlow, no subprocess)."""
     from hydra import compose as hydra_compose, initialize_config_dir
 
-    from xpdist.config import register_configs
+    from xpdist.core.schema import register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):

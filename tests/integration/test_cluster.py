@@ -21,8 +21,8 @@ import psutil
 import pytest
 
 from tests.conftest import TINY, Xpdist, xpdist_env
-from xpdist.errors import ConfigError
-from xpdist.preflight import check_tf_config
+from xpdist.core.errors import ConfigError
+from xpdist.core.clusterenv import check_tf_config
 
 CLUSTER = pytest.mark.cluster
 SLOW = pytest.mark.slow
@@ -261,7 +261,7 @@ def test_parameter_server_ctl_survives_a_killed_worker(xpdist, tmp_path):
 @CLUSTER
 def test_tf_config_tasks_make_one_run_recorded_by_the_chief(xpdist, tmp_path):
     """Two `python -m xpdist cluster=tf_config` processes, as a TFJob would start them."""
-    from xpdist.localhost import free_ports
+    from xpdist.driver.launchers.localhost import free_ports
 
     spec = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
     procs = []

@@ -73,6 +73,6 @@ def test_npz_custom_model(runs):
     done = runs["npz-custom-fit"]
     params = done.run.data.params
     assert (params["dataset"], params["model"], params["dataset.path"]) == ("npz", "custom", "data/arrays.npz")
-    assert params["model._target_"] == "xpdist.models.example_custom_model"
+    assert params["model._target_"] == "xpdist.task.models.example_custom_model"
     # example_custom_model(units=8) on 5 features and 3 classes read from the file.
     assert [w.shape for w in done.weights()] == [(5, 8), (8,), (8, 3), (3,)]

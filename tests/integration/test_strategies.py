@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from harness import describe, git_checkout, run_many, store_template
-from xpdist.tracking import SUMMARY_PARAMS
+from xpdist.tracking.params import SUMMARY_PARAMS
 
 pytestmark = pytest.mark.slow
 

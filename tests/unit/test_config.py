@@ -9,7 +9,7 @@ import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
 from conftest import REPO, compose
-from xpdist.config import GROUPS
+from xpdist.core.schema import GROUPS
 
 CONF = REPO / "conf"
 # Folders under conf/ that are not config groups of the primary config.

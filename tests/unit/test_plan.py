@@ -7,8 +7,9 @@ import math
 import pytest
 
 from unit_helpers import no_gpus, plain  # noqa: F401  (no_gpus: autouse fixture)
-from xpdist import plan as planning
-from xpdist.errors import ConfigError
+from xpdist.core import plan as planning
+from xpdist.core.errors import ConfigError
+from xpdist.core.jobdir import JobDir, JobSpec, MetricFile, TaskResult, read_metrics
 
 
 def make(tmp_path, *overrides):
@@ -121,6 +122,21 @@ def test_parse_device(name, parsed):
     assert planning.parse_device(name) == parsed
 
 
-def test_the_plan_round_trips_through_json(tmp_path):
+def test_the_job_spec_round_trips_through_the_job_directory(tmp_path):
     p = make(tmp_path, "strategy=mirrored", "devices.logical_cpus=2")
-    assert planning.Plan.from_json(p.to_json()) == p
+    spec = JobSpec({"seed": 1, "dataset": {"name": "digits"}}, p, "sqlite:///x.db", str(tmp_path), ["seed=1"])
+    spec.write(JobDir(tmp_path / "job"))
+    assert JobSpec.read(JobDir(tmp_path / "job")) == spec
+
+
+def test_a_task_result_is_none_until_written_and_a_cut_metric_line_is_skipped(tmp_path):
+    job = JobDir(tmp_path)
+    assert TaskResult.read(job) is None
+    TaskResult("FAILED", "ValueError: boom", 12.5).write(job)
+    assert TaskResult.read(job) == TaskResult("FAILED", "ValueError: boom", 12.5)
+    metrics = MetricFile(job.metrics)
+    metrics.add({"loss": 1.0}, step=1)
+    metrics.flush()
+    with open(job.metrics, "a") as out:
+        out.write('{"step": 2, "timest')  # a task killed mid-write
+    assert read_metrics(job.metrics) == [(1, read_metrics(job.metrics)[0][1], {"loss": 1.0})]

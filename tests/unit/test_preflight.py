@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from unit_helpers import closed_port, no_gpus, plain  # noqa: F401  (no_gpus: autouse fixture)
-from xpdist import preflight
-from xpdist.errors import ConfigError
+from xpdist.driver import preflight
+from xpdist.core.errors import ConfigError
 
 
 def reject(tmp_path: Path, *overrides: str) -> ConfigError:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from xpdist import tracking
+from xpdist.tracking import store as tracking
 from xpdist.report import build, main
 from xpdist.report.runs import add_labels, report_row
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from unit_helpers import no_gpus, plain  # noqa: F401  (no_gpus: autouse fixture)
-from xpdist import plan as planning
-from xpdist import tracking
+from xpdist.core import plan as planning
+from xpdist.core.jobdir import JobDir, MetricFile
+from xpdist.tracking import store as tracking
+from xpdist.tracking.relay import MetricRelay
 
 
 def make(tmp_path, *overrides):
@@ -32,15 +34,15 @@ def test_auto_steps_per_execution(tmp_path, overrides, expected):
 def test_metric_file_lines_reach_the_run_through_the_relay(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_id = tracking.create_run(uri, "relay", "r", {"a": "1"}, {})
-    path = tmp_path / tracking.METRICS_FILE
-    metrics = tracking.MetricFile(path)
+    path = JobDir(tmp_path).metrics
+    metrics = MetricFile(path)
     metrics.add({"loss": 0.5, "epoch_time_s": 1.0}, step=1)
     metrics.add({"batch_loss": 0.25}, step=3)
     assert not path.exists()  # add() only buffers
     metrics.flush()
     with open(path, "a") as out:
         out.write('{"step": 2, "timestamp": 1, "metrics": {"lo')  # a line still being written
-    relay = tracking.MetricRelay(uri, run_id, path)
+    relay = MetricRelay(uri, run_id, path)
     relay.relay()
     client = tracking.client(uri)
     assert [(m.step, m.value) for m in client.get_metric_history(run_id, "loss")] == [(1, 0.5)]

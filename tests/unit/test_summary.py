@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import csv
 
-from xpdist import summary, tracking
+from xpdist.report import summary
+from xpdist.tracking import store as tracking
 
 
 def _sweep(uri):
@@ -19,10 +20,11 @@ def _sweep(uri):
                                      {"xpdist.job": str(job), "xpdist.overrides": f"strategy={strategy} trainer.epochs=1",
                                       "xpdist.wall_time_s": "12.50"}, parent)
         if loss is not None:
-            logger = tracking.MetricLogger(uri, run_id)
-            logger.add({"loss": loss * 2, "examples_per_sec": speed / 2}, step=1)
-            logger.add({"loss": loss, "examples_per_sec": speed}, step=2)
-            logger.flush()
+            from mlflow.entities import Metric
+
+            tracking.client(uri).log_batch(run_id, metrics=[
+                Metric("loss", loss * 2, 0, 1), Metric("examples_per_sec", speed / 2, 0, 1),
+                Metric("loss", loss, 0, 2), Metric("examples_per_sec", speed, 0, 2)])
         tracking.terminate(uri, run_id, status, None if status == "FINISHED" else "boom | it broke")
     client = tracking.client(uri)
     experiment = client.get_experiment_by_name("xpdist").experiment_id

@@ -12,7 +12,7 @@ from tests.conftest import xpdist_env
 HOLD = """
 import sys, time
 from omegaconf import OmegaConf
-from xpdist import sweep
+from xpdist.driver import sweep
 hc = OmegaConf.create({"sweep": {"dir": sys.argv[1]}, "job": {"num": int(sys.argv[2])}})
 with sweep.slot(hc):
     start = time.time()

@@ -9,9 +9,9 @@ import pytest
 from hydra import compose as hydra_compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from xpdist import plan as planning
-from xpdist.config import register_configs
-from xpdist.job import plain_config
+from xpdist.core import plan as planning
+from xpdist.core.schema import register_configs
+from xpdist.driver.job import plain_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 

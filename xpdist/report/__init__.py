@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from xpdist import tracking
+from xpdist.tracking import store
 from xpdist.report.runs import ReportError, compare_url, open_store, read_rows, select_runs
 
 ARTIFACT_PATH = "report"
@@ -58,7 +58,7 @@ def build(uri: str, out_dir: Path, experiment: Optional[str] = None, sweep: Opti
              "csv": tables.write_csv(rows, out_dir / "report.csv"), **plot_files}
     report = Report(rows, files)
     if parent is not None and log_to_parent:
-        tracking.log_artifacts(uri, parent.info.run_id, files.values(), ARTIFACT_PATH)
+        store.log_artifacts(uri, parent.info.run_id, files.values(), ARTIFACT_PATH)
         report.parent_run_id = parent.info.run_id
     return report
 
@@ -83,7 +83,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # An unreachable tracking server should fail in seconds, not after MLflow's minutes of retries.
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
-    uri = tracking.resolve_uri(args.tracking_uri, Path.cwd())
+    uri = store.resolve_uri(args.tracking_uri, Path.cwd())
     try:
         report = build(uri, args.out, args.experiment, args.sweep, args.runs, log_to_parent=not args.no_log)
     except ReportError as err:

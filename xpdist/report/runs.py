@@ -11,7 +11,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from xpdist import summary, tracking
+from xpdist.report import summary
+from xpdist.tracking import store
 
 SWEEP_TAG = "xpdist.sweep"
 PARENT_TAG = "mlflow.parentRunId"
@@ -98,9 +99,9 @@ def open_store(uri: str):
         if not path.is_file():
             raise ReportError("--tracking-uri", f"no MLflow store at {uri} ({path} does not exist). "
                               "Pass the store the runs were logged to, e.g. sqlite:///$PWD/mlflow.db")
-    mlflow_client = tracking.client(uri)
+    mlflow_client = store.client(uri)
     try:
-        tracking.retry(mlflow_client.search_experiments, max_results=1)
+        store.retry(mlflow_client.search_experiments, max_results=1)
     except Exception as err:  # MlflowException, requests' ConnectionError, sqlalchemy errors
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ReportError("--tracking-uri", f"cannot read the MLflow store at {uri}: {first[:300]}") from None
@@ -111,13 +112,13 @@ def _get_run(mlflow_client, run_id: str, argument: str):
     from mlflow.exceptions import MlflowException
 
     try:
-        return tracking.retry(mlflow_client.get_run, run_id)
+        return store.retry(mlflow_client.get_run, run_id)
     except MlflowException:
         raise ReportError(argument, f"no run with id {run_id!r} in this store") from None
 
 
 def _search(mlflow_client, experiment_ids: List[str], filter_string: str = "") -> list:
-    return tracking.retry(mlflow_client.search_runs, experiment_ids, filter_string=filter_string,
+    return store.retry(mlflow_client.search_runs, experiment_ids, filter_string=filter_string,
                           order_by=["attributes.start_time ASC"], max_results=5000)
 
 
@@ -129,7 +130,7 @@ def select_runs(mlflow_client, experiment: Optional[str] = None, sweep: Optional
         ReportError: unknown experiment or run id, or a sweep id that is not a parent run.
     """
     if experiment is not None:
-        found = tracking.retry(mlflow_client.get_experiment_by_name, experiment)
+        found = store.retry(mlflow_client.get_experiment_by_name, experiment)
         if found is None:
             known = ", ".join(e.name for e in mlflow_client.search_experiments()) or "none"
             raise ReportError("--experiment", f"no experiment named {experiment!r}. Known: {known}")
@@ -162,7 +163,7 @@ def read_rows(mlflow_client, runs: list) -> List[Dict[str, Any]]:
         history = {}
         for name in HISTORY_METRICS:
             if name in run.data.metrics:
-                points = tracking.retry(mlflow_client.get_metric_history, run.info.run_id, name)
+                points = store.retry(mlflow_client.get_metric_history, run.info.run_id, name)
                 history[name] = sorted((m.step, m.value) for m in points)
         rows.append(report_row(run, history))
     add_scaling_efficiency(rows)

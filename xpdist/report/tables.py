@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
-from xpdist import summary
+from xpdist.report import summary
 from xpdist.report.runs import BASELINE_STRATEGY
 
 # Row keys in report.csv, in order.

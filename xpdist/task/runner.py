@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import signal
 import sys
+import tempfile
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict
 
-from xpdist import data, models, strategies, tracking
-from xpdist.plan import Plan
-from xpdist.train.common import TrainContext
+from xpdist.core.clusterenv import ClusterEnv
+from xpdist.core.jobdir import JobDir, JobSpec, MetricFile
+from xpdist.core.plan import Plan
+from xpdist.task import data, models, strategies
+from xpdist.task.train import ctl, fit, ps_ctl
+from xpdist.task.train.common import TrainContext
 
 
 def start_tensorflow(cfg):
@@ -51,38 +57,23 @@ def build_strategy(tf, cfg, plan: Plan):
     return strategy
 
 
-def build_context(tf, cfg, plan: Plan, strategy, job_dir: Path, uri: str, run_id: Optional[str], chief: bool) -> TrainContext:
+def build_context(tf, cfg, spec: JobSpec, strategy, job: JobDir, cluster: ClusterEnv) -> TrainContext:
     tf.keras.utils.set_random_seed(cfg.seed)
-    job = _read_job(job_dir)
-    arrays = data.load(cfg, plan, Path(job["launch_dir"]))
+    plan = spec.plan
+    arrays = data.load(cfg, plan, Path(spec.launch_dir))
     keras = tf.keras
     with strategy.scope():
         model = models.build_model(keras, cfg, arrays.input_shape, arrays.num_outputs)
         optimizer = models.build_optimizer(keras, cfg, plan.learning_rate)
-    logger = tracking.MetricFile(job_dir / tracking.METRICS_FILE) if chief else None
+    logger = MetricFile(job.metrics) if cluster.is_chief else None
     logged = set(logger.steps_with("epoch_time_s")) if logger is not None else set()
     return TrainContext(tf=tf, keras=keras, cfg=cfg, plan=plan, strategy=strategy, model=model, optimizer=optimizer,
-                        arrays=arrays, job_dir=job_dir, logger=logger, chief=chief, uri=uri, run_id=run_id,
-                        logged_epochs=logged)
-
-
-def _read_job(job_dir: Path) -> dict:
-    import json
-
-    return json.loads((job_dir / "job.json").read_text())
+                        arrays=arrays, job=job, cluster=cluster, logger=logger, logged_epochs=logged)
 
 
 def train(ctx: TrainContext) -> Dict[str, float]:
-    if ctx.cfg.trainer.name == "ctl" and ctx.plan.strategy == "parameter_server":
-        from xpdist.train import ps_ctl
-
-        return ps_ctl.train(ctx)
     if ctx.cfg.trainer.name == "ctl":
-        from xpdist.train import ctl
-
-        return ctl.train(ctx)
-    from xpdist.train import fit
-
+        return (ps_ctl if ctx.plan.strategy == "parameter_server" else ctl).train(ctx)
     return fit.train(ctx)
 
 
@@ -94,9 +85,6 @@ def save_outputs(ctx: TrainContext) -> None:
     """
     if not ctx.chief:
         if ctx.cfg.tracking.log_model:
-            import shutil
-            import tempfile
-
             scratch = tempfile.mkdtemp(prefix="xpdist-model-")
             try:
                 ctx.model.save(os.path.join(scratch, "model.keras"))
@@ -104,57 +92,41 @@ def save_outputs(ctx: TrainContext) -> None:
                 shutil.rmtree(scratch, ignore_errors=True)
         return
     if ctx.cfg.tracking.log_model:
-        ctx.model.save(str(ctx.job_dir / "model.keras"))
+        ctx.model.save(str(ctx.job.model))
 
 
-def serve(tf, resolver, job_dir: Path) -> None:
+def serve(tf, resolver, job: JobDir) -> None:
     """A parameter_server worker or ps task: a tf.distribute.Server that runs what the
     coordinator sends it, until it is stopped."""
-    import signal
-
     # server.join() blocks in C++, where Python signal handlers never run; a server keeps
     # no state worth saving, so SIGTERM and SIGINT end it at once.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
                                   task_index=resolver.task_id, protocol=resolver.rpc_layer or "grpc", start=True)
-    mark_ready(job_dir, resolver.task_type, resolver.task_id)
+    job.mark_ready(f"{resolver.task_type}-{resolver.task_id}")
     print(f"xpdist: {resolver.task_type}:{resolver.task_id} serving at {server.target}", flush=True)
     server.join()
 
 
-def mark_ready(job_dir: Path, kind: str, index: int) -> None:
-    """Tells the cluster=localhost launcher this task has started (its start timeout)."""
-    state = job_dir / "cluster"
-    if state.is_dir():
-        (state / f"{kind}-{index}.ready").touch()
-
-
-def _task_id() -> tuple:
-    import json
-
-    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
-    return task.get("type", "worker"), task.get("index", 0)
-
-
-def run(cfg, plan: Plan, job_dir: Path, uri: str, run_id: Optional[str], chief: bool) -> Dict[str, float]:
-    """Trains as cfg says; returns the final epoch's metrics.
+def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> None:
+    """Trains as cfg says; the chief's epoch metrics and summary figures go to the metric file.
 
     Under parameter_server only the chief (coordinator) trains; worker and ps tasks serve.
     """
+    plan = spec.plan
     tf = start_tensorflow(cfg)
     if plan.strategy == "parameter_server":
         resolver = strategies.cluster_resolver(tf, cfg)
         if resolver.task_type in ("worker", "ps"):
-            serve(tf, resolver, job_dir)
-            return {}
+            serve(tf, resolver, job)
+            return
     strategy = build_strategy(tf, cfg, plan)
-    mark_ready(job_dir, *_task_id())
-    ctx = build_context(tf, cfg, plan, strategy, job_dir, uri, run_id, chief)
+    job.mark_ready(cluster.file_name)
+    ctx = build_context(tf, cfg, spec, strategy, job, cluster)
     final = train(ctx)
     if ctx.logger is not None:  # the run's summary figures, at the last epoch's step
         summary = {k: final[k] for k in ("steady_examples_per_sec", "first_step_s") if k in final}
         ctx.logger.add(summary, step=int(cfg.trainer.epochs))  # not len(history): a resumed run has fewer
         ctx.logger.flush()
     save_outputs(ctx)
-    return final

@@ -12,8 +12,8 @@ from typing import Tuple
 
 import numpy as np
 
-from xpdist.plan import Plan, resolve_path
-from xpdist.registry import Registry
+from xpdist.core.plan import Plan, resolve_path
+from xpdist.core.registry import Registry
 
 DATASETS = Registry("dataset")
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from typing import Dict
 
-from xpdist.data import worker_batches
-from xpdist.models import loss_and_metrics
-from xpdist.train.common import TrainContext, checkpoint_manager, final_metrics, record_epoch, restore_latest
+from xpdist.task.data import worker_batches
+from xpdist.task.models import loss_and_metrics
+from xpdist.task.train.common import TrainContext, checkpoint_manager, final_metrics, record_epoch, restore_latest
 
 
 def train(ctx: TrainContext) -> Dict[str, float]:

@@ -23,9 +23,10 @@ from typing import Any, Dict, Iterator, List, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from xpdist import summary, tracking
+from xpdist.core.jobdir import SWEEP_FILE
+from xpdist.report import summary
+from xpdist.tracking import store
 
-SWEEP_FILE = "sweep.json"
 SUMMARY_DIR = "summary"
 
 
@@ -96,9 +97,9 @@ def _close_open_runs(info: Dict[str, Any], why: str, status: str = "KILLED") -> 
     uri, parent_id = info["tracking_uri"], info["parent_run_id"]
     for run in _children(uri, parent_id):
         if run.info.status == "RUNNING":
-            tracking.terminate(uri, run.info.run_id, status, why)
-    if tracking.retry(tracking.client(uri).get_run, parent_id).info.status == "RUNNING":
-        tracking.terminate(uri, parent_id, status, why)
+            store.terminate(uri, run.info.run_id, status, why)
+    if store.retry(store.client(uri).get_run, parent_id).info.status == "RUNNING":
+        store.terminate(uri, parent_id, status, why)
 
 
 def interrupted(ctx, why: str) -> None:
@@ -117,9 +118,9 @@ def abort(why: str, status: str = "KILLED") -> None:
 
 
 def _children(uri: str, parent_id: str) -> List[Any]:
-    mlflow_client = tracking.client(uri)
-    parent = tracking.retry(mlflow_client.get_run, parent_id)
-    return tracking.retry(mlflow_client.search_runs, [parent.info.experiment_id],
+    mlflow_client = store.client(uri)
+    parent = store.retry(mlflow_client.get_run, parent_id)
+    return store.retry(mlflow_client.search_runs, [parent.info.experiment_id],
                           filter_string=f"tags.mlflow.parentRunId = '{parent_id}'", max_results=10000)
 
 
@@ -147,7 +148,7 @@ class SweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         hc = config.hydra
-        uri = tracking.resolve_uri(config.tracking.uri, Path(hc.runtime.cwd))
+        uri = store.resolve_uri(config.tracking.uri, Path(hc.runtime.cwd))
         sweep_dir = Path(hc.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         overrides = swept_overrides(config)
@@ -156,7 +157,7 @@ class SweepCallback(Callback):
                 "xpdist.sweep_dir": str(sweep_dir.resolve()), "mlflow.source.name": "python -m xpdist -m"}
         tags.update({f"sweep.{item.split('=', 1)[0].lstrip('+~')}": item.split("=", 1)[-1] for item in overrides})
         # Created here, once: parallel jobs that create the store or experiment race.
-        run_id = tracking.create_run(uri, config.tracking.experiment, name.strip(), {}, tags)
+        run_id = store.create_run(uri, config.tracking.experiment, name.strip(), {}, tags)
         info = {"parent_run_id": run_id, "tracking_uri": uri, "experiment": config.tracking.experiment,
                 "host": socket.gethostname(), "max_parallel": self.max_parallel}
         (sweep_dir / SWEEP_FILE).write_text(json.dumps(info, indent=2))
@@ -171,7 +172,7 @@ class SweepCallback(Callback):
         uri, parent_id = info["tracking_uri"], info["parent_run_id"]
         for run in _children(uri, parent_id):  # a job process killed by its launcher left it open
             if run.info.status == "RUNNING":
-                tracking.terminate(uri, run.info.run_id, "FAILED", "the job ended without closing its run")
+                store.terminate(uri, run.info.run_id, "FAILED", "the job ended without closing its run")
         rows = summary.rows(_children(uri, parent_id))
         failed = [r for r in rows if r["status"] != "FINISHED"]
         _State.failed_jobs = len(failed) if rows else 1
@@ -179,7 +180,7 @@ class SweepCallback(Callback):
         error = None
         if failed or not rows:
             error = f"{len(failed)} of {len(rows)} jobs failed" if rows else "no job recorded a run"
-        tracking.terminate(uri, parent_id, "FAILED" if error else "FINISHED", error)
+        store.terminate(uri, parent_id, "FAILED" if error else "FINISHED", error)
         _State.open_sweep = None
 
 
@@ -191,12 +192,12 @@ def report(rows: List[Dict[str, Any]], uri: str, parent_id: str, sweep_dir: Path
     """Prints the sweep's table and logs it (CSV, Markdown, PNG) on the parent run."""
     title = f"sweep {sweep_dir.name}: {len(rows)} jobs"
     paths = summary.write_all(rows, sweep_dir / SUMMARY_DIR, title)
-    tracking.log_artifacts(uri, parent_id, paths, SUMMARY_DIR)
+    store.log_artifacts(uri, parent_id, paths, SUMMARY_DIR)
     failed = [r for r in rows if r["status"] != "FINISHED"]
     lines = ["", f"xpdist: {title}, {len(rows) - len(failed)} finished, {len(failed)} failed",
              summary.format_text(rows)]
     lines += [f"  job {r['job']} {r['status']}: {_short(r['error'] or 'no error recorded')}" for r in failed]
     lines += [f"  parent run: {parent_id}   tracking uri: {uri}",
               f"  table and chart: {sweep_dir / SUMMARY_DIR} (also artifacts of the parent run)",
-              f"  open the MLflow UI: {tracking.ui_command(uri)}"]
+              f"  open the MLflow UI: {store.ui_command(uri)}"]
     print("\n".join(lines), file=out, flush=True)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
-from xpdist.plan import Plan
+from xpdist.core.clusterenv import ClusterEnv
+from xpdist.core.jobdir import JobDir
+from xpdist.core.plan import Plan
+from xpdist.core.taskenv import LAUNCHED_AT_ENV
 
 
 @dataclass
@@ -20,11 +24,9 @@ class TrainContext:
     model: Any
     optimizer: Any
     arrays: Any
-    job_dir: Path
-    logger: Optional[Any]  # tracking.MetricFile on the chief, None elsewhere
-    chief: bool
-    uri: str
-    run_id: Optional[str]  # None until the Hydra process has created the run; the task needs it not
+    job: JobDir
+    cluster: ClusterEnv
+    logger: Optional[Any]  # jobdir.MetricFile on the chief, None elsewhere
     history: List[Dict[str, float]] = field(default_factory=list)
     # Epochs already in the MLflow run: a restarted cluster retrains from its last recovery
     # checkpoint and may redo an epoch it had logged; that epoch is not logged twice.
@@ -38,19 +40,13 @@ class TrainContext:
             self.first_step_at = time.time()
 
     @property
+    def chief(self) -> bool:
+        return self.cluster.is_chief
+
+    @property
     def checkpoint_dir(self) -> Path:
         """The chief's checkpoints are kept; other workers write theirs aside (TF needs every worker to save)."""
-        if self.chief:
-            return self.job_dir / "checkpoints"
-        return self.job_dir / "worker-checkpoints" / _task_name()
-
-
-def _task_name() -> str:
-    import json
-    import os
-
-    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
-    return f"{task.get('type', 'worker')}-{task.get('index', 0)}"
+        return self.job.checkpoints if self.chief else self.job.worker_checkpoints(self.cluster.file_name)
 
 
 def record_epoch(ctx: TrainContext, epoch: int, logs: Dict[str, float], train_s: float, epoch_s: float,
@@ -88,7 +84,7 @@ def restore_latest(ctx: TrainContext, checkpoint) -> None:
     Every worker reads the chief's directory, not its own: a worker killed before it saved
     its copy of the last epoch would otherwise resume one epoch behind the others.
     """
-    latest = ctx.tf.train.latest_checkpoint(str(ctx.job_dir / "checkpoints"))
+    latest = ctx.tf.train.latest_checkpoint(str(ctx.job.checkpoints))
     if latest:
         checkpoint.restore(latest)
 
@@ -108,10 +104,6 @@ def final_metrics(ctx: TrainContext) -> Dict[str, float]:
 
 def process_started_at() -> float:
     """When this process started, as time.time(): from its launcher, else the kernel's process table."""
-    import os
-
-    from xpdist.launch import LAUNCHED_AT_ENV
-
     if os.environ.get(LAUNCHED_AT_ENV):
         return float(os.environ[LAUNCHED_AT_ENV])
     import psutil

@@ -13,18 +13,19 @@ else it stops every task and reports "<task> failed: <its error>".
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from xpdist import launch
-from xpdist.plan import Plan
+import portpicker
+
+from xpdist.core.jobdir import JobDir
+from xpdist.driver.launchers import process
+from xpdist.driver.launchers.outcome import Outcome, describe_exit, outcome_from
 
 # Seconds between two looks at the tasks.
 POLL_S = 0.25
@@ -57,12 +58,13 @@ class TaskFailed(Exception):
 
 
 def free_ports(count: int) -> List[int]:
-    """Ports free on 127.0.0.1 now (all sockets held open together, so they differ)."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
+    """Ports free on 127.0.0.1 now, distinct.
+
+    A port is free when picked and bound by TensorFlow a moment later; another process may
+    take it in between. Such a collision makes a task fail to start its server, which the
+    launcher sees as a failed task: with cluster.max_restarts it restarts on fresh ports.
+    """
+    return [portpicker.pick_unused_port() for _ in range(count)]
 
 
 def cluster_spec(cfg) -> Tuple[Dict[str, List[str]], List[Task], Task]:
@@ -91,11 +93,9 @@ def last_error(log: Path) -> Optional[str]:
 class Cluster:
     """The task processes of one job; start() may run again after a failure (a restart)."""
 
-    def __init__(self, cfg, job_dir: Path, env: Dict[str, str]):
-        self.cfg, self.job_dir, self.env = cfg, job_dir, env
+    def __init__(self, cfg, job: JobDir, env: Dict[str, str]):
+        self.cfg, self.job, self.env = cfg, job, env
         self.ps_strategy = cfg.strategy.name == "parameter_server"
-        self.logs = job_dir / "logs"
-        self.state = job_dir / "cluster"  # tasks.json (pids), <task>.ready markers
         self.procs: Dict[Task, subprocess.Popen] = {}
         self.spec: Dict[str, List[str]] = {}
         self.tasks: List[Task] = []
@@ -109,30 +109,30 @@ class Cluster:
         self.attempt += 1
         self.spec, self.tasks, self.chief = cluster_spec(self.cfg)
         self.tolerated = set()
-        self.logs.mkdir(parents=True, exist_ok=True)
-        self.state.mkdir(parents=True, exist_ok=True)
-        for marker in self.state.glob("*.ready"):
-            marker.unlink()
-        (self.job_dir / "result.json").unlink(missing_ok=True)
+        self.job.logs.mkdir(parents=True, exist_ok=True)
+        self.job.cluster_state.mkdir(parents=True, exist_ok=True)
+        for task in self.tasks:
+            self.job.ready_marker(task.file_name).unlink(missing_ok=True)
+        self.job.result.unlink(missing_ok=True)
         self.started_at = time.monotonic()
         for task in self.tasks:
             self.start_task(task)
 
     def start_task(self, task: Task) -> None:
-        (self.state / f"{task.file_name}.ready").unlink(missing_ok=True)
-        log = open(self.logs / f"{task.file_name}.log", "a")
+        self.job.ready_marker(task.file_name).unlink(missing_ok=True)
+        log = open(self.log_of(task), "a")
         log.write(f"--- xpdist: start {task.name}, attempt {self.attempt}, TF_CONFIG {tf_config(self.spec, task)}\n")
         log.flush()
         env = dict(self.env, TF_CONFIG=tf_config(self.spec, task))
         if self.ps_strategy:
             env["GRPC_FAIL_FAST"] = "use_caller"  # the guide's setting: fail fast, let the coordinator retry
         with log:  # the child holds its own copy of the descriptor
-            self.procs[task] = launch.start(launch.task_command(self.job_dir), env, log)
+            self.procs[task] = process.start(process.task_command(self.job.root), env, log)
         pids = {t.name: p.pid for t, p in self.procs.items()}
-        (self.state / "tasks.json").write_text(json.dumps({"attempt": self.attempt, "pids": pids}, indent=2))
+        (self.job.cluster_state / "tasks.json").write_text(json.dumps({"attempt": self.attempt, "pids": pids}, indent=2))
 
-    def stop(self, first: int = signal.SIGTERM, grace_s: float = launch.GRACE_S) -> None:
-        launch.stop(list(self.procs.values()), first=first, grace_s=grace_s)
+    def stop(self, first: int = signal.SIGTERM, grace_s: float = process.GRACE_S) -> None:
+        process.stop(list(self.procs.values()), first=first, grace_s=grace_s)
 
     def watch(self) -> int:
         """Waits until the chief ends; returns its exit code.
@@ -170,17 +170,15 @@ class Cluster:
         if time.monotonic() - self.started_at < float(self.cfg.cluster.start_timeout_s):
             return
         for task in self.tasks:
-            if not (self.state / f"{task.file_name}.ready").exists() and self.procs[task].poll() is None:
+            if not self.job.ready_marker(task.file_name).exists() and self.procs[task].poll() is None:
                 raise TaskFailed(task, f"it did not start within cluster.start_timeout_s="
                                        f"{self.cfg.cluster.start_timeout_s:g} s (log: {self.log_of(task)})")
         self.started_at = float("inf")  # all started: stop checking
 
     def log_of(self, task: Task) -> Path:
-        return self.logs / f"{task.file_name}.log"
+        return self.job.log_of(task.file_name)
 
     def describe(self, task: Task, code: int) -> str:
-        from xpdist.cluster import describe_exit
-
         error = last_error(self.log_of(task))
         how = error or describe_exit(code).replace("the task", "it")
         return f"{how} (log: {self.log_of(task)})"
@@ -194,14 +192,12 @@ class Cluster:
         self.stop(grace_s=FAILURE_GRACE_S)
 
 
-def run(cfg, plan: Plan, job_dir: Path, env: Dict[str, str]):
+def run(cfg, job: JobDir, env: Dict[str, str]) -> Outcome:
     """Runs the cluster to the end, restarting it up to cluster.max_restarts times."""
-    from xpdist.cluster import Outcome, outcome_from
-
-    cluster = Cluster(cfg, job_dir, env)
+    cluster = Cluster(cfg, job, env)
     restarts = 0
     try:
-        with launch.signals_raise():
+        with process.signals_raise():
             while True:
                 cluster.start()
                 try:
@@ -209,7 +205,7 @@ def run(cfg, plan: Plan, job_dir: Path, env: Dict[str, str]):
                 except TaskFailed as failure:
                     cluster.stop(signal.SIGKILL, grace_s=FAILURE_GRACE_S)
                     if restarts >= cfg.cluster.max_restarts:
-                        return Outcome("FAILED", str(failure)), restarts
+                        return Outcome("FAILED", str(failure), restarts)
                     restarts += 1
                     _note(cluster, f"{failure}; restarting the cluster ({restarts}/{cfg.cluster.max_restarts})")
                     continue
@@ -217,7 +213,7 @@ def run(cfg, plan: Plan, job_dir: Path, env: Dict[str, str]):
                     cluster.wait_others()
                 else:  # the others may be stuck in a collective with the dead chief
                     cluster.stop(signal.SIGKILL, grace_s=FAILURE_GRACE_S)
-                outcome = outcome_from(job_dir, code)
+                outcome = outcome_from(job, code)
                 if outcome.status == "FAILED" and restarts < cfg.cluster.max_restarts and code != 0:
                     restarts += 1
                     _note(cluster, f"{cluster.chief.name} failed: {outcome.error}; restarting the cluster "
@@ -225,8 +221,9 @@ def run(cfg, plan: Plan, job_dir: Path, env: Dict[str, str]):
                     continue
                 if outcome.status == "FAILED" and outcome.error:
                     outcome.error = f"{cluster.chief.name} failed: {outcome.error}"
-                return outcome, restarts
-    except launch.Interrupted:
+                outcome.restarts = restarts
+                return outcome
+    except process.Interrupted:
         cluster.stop(first=signal.SIGINT)
         raise
     finally:
@@ -235,5 +232,5 @@ def run(cfg, plan: Plan, job_dir: Path, env: Dict[str, str]):
 
 def _note(cluster: Cluster, message: str) -> None:
     print(f"xpdist: {message}", flush=True)
-    with open(cluster.logs / "launcher.log", "a") as log:
+    with open(cluster.job.log_of("launcher"), "a") as log:
         log.write(message + "\n")

@@ -10,9 +10,9 @@ import sys
 import time
 from typing import Dict
 
-from xpdist.data import replica_batches_fn
-from xpdist.models import loss_and_metrics
-from xpdist.train.common import TrainContext, checkpoint_manager, final_metrics, record_epoch, restore_latest
+from xpdist.task.data import replica_batches_fn
+from xpdist.task.models import loss_and_metrics
+from xpdist.task.train.common import TrainContext, checkpoint_manager, final_metrics, record_epoch, restore_latest
 
 
 class _Loop:

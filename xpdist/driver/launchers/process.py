@@ -1,14 +1,16 @@
 """Task processes: start them, forward signals, end every one of them.
 
-The Hydra process never runs TensorFlow; it starts `python -m xpdist.task <job dir>` in a
-fresh process per job, so logical devices and collective ops are configured once per
-process, as TensorFlow requires.
+The driver never runs TensorFlow; it starts `python -m xpdist.task <job dir>` in a fresh
+process per job, so logical devices and collective ops are configured once per process, as
+TensorFlow requires. Each task runs in a session (and process group) of its own, so that a
+signal reaches everything it started; the task itself asks the kernel to kill it when its
+driver dies (xpdist.task.main.die_with_driver), since nothing may run between fork and exec
+while the driver has threads (MLflow's).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -16,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 from typing import IO, Dict, Iterator, List, Optional, Sequence
+
+from xpdist.core.taskenv import DRIVER_PID_ENV, LAUNCHED_AT_ENV
 
 # Seconds a task gets to stop after SIGINT/SIGTERM before it is killed.
 GRACE_S = 15.0
@@ -43,27 +47,17 @@ def signals_raise() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGKILL it when the Hydra process dies (Linux)."""
-    os.setsid()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def task_command(job_dir: Path, extra: Sequence[str] = ()) -> List[str]:
     return [sys.executable, "-m", "xpdist.task", str(job_dir), *extra]
 
 
-# When the task process was started (time.time()); the kernel's process start time, rebuilt
-# from the boot time in whole seconds, was up to a second off here.
-LAUNCHED_AT_ENV = "XPDIST_TASK_LAUNCHED_AT"
 
 
 def start(cmd: Sequence[str], env: Dict[str, str], log: Optional[IO] = None) -> subprocess.Popen:
     """Starts a task in its own process group, killed if this process dies."""
-    env = {**env, LAUNCHED_AT_ENV: repr(time.time())}  # the task's clock for first_step_s
+    env = {**env, LAUNCHED_AT_ENV: repr(time.time()), DRIVER_PID_ENV: str(os.getpid())}
     return subprocess.Popen(list(cmd), env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
-                            preexec_fn=_die_with_parent)
+                            start_new_session=True)
 
 
 def stop(procs: Sequence[subprocess.Popen], first: int = signal.SIGTERM, grace_s: float = GRACE_S) -> None:

@@ -5,7 +5,8 @@ Runs in the task process only (imports TensorFlow).
 
 from __future__ import annotations
 
-from xpdist.registry import Registry
+from xpdist.core.clusterenv import slurm_tasks
+from xpdist.core.registry import Registry
 
 STRATEGIES = Registry("strategy")
 
@@ -78,8 +79,6 @@ def cluster_resolver(tf, cfg):
     resolvers = tf.distribute.cluster_resolver
     if cfg.cluster.name != "slurm":
         return resolvers.TFConfigClusterResolver()
-    from xpdist.plan import slurm_tasks
-
     tasks = slurm_tasks()
     ps = max(1, int(cfg.cluster.ps))
     return resolvers.SlurmClusterResolver(jobs={"chief": 1, "ps": ps, "worker": tasks - 1 - ps})

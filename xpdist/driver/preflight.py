@@ -6,7 +6,6 @@ config leaves nothing behind.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
@@ -15,8 +14,9 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
-from xpdist import plan as planning
-from xpdist.errors import ConfigError
+from xpdist.core import plan as planning
+from xpdist.core.clusterenv import check_tf_config, slurm_tasks
+from xpdist.core.errors import ConfigError
 
 MULTI_PROCESS_CLUSTERS = ("localhost", "tf_config", "slurm")
 
@@ -138,50 +138,11 @@ def _check_slurm(cfg) -> None:
     if missing:
         raise ConfigError("cluster", "slurm", f"not started by srun ({' and '.join(missing)} unset)",
                           "Run it with srun inside an sbatch job (see scripts/slurm.sbatch), or use cluster=localhost.")
-    tasks = planning.slurm_tasks()
+    tasks = slurm_tasks()
     if cfg.strategy.name == "parameter_server" and tasks < cfg.cluster.ps + 2:
         raise ConfigError("cluster.ps", cfg.cluster.ps, f"parameter_server under slurm needs a chief, cluster.ps "
                           f"parameter servers and a worker, but srun started {tasks} task(s)",
                           "Start more tasks (--ntasks) or lower cluster.ps.")
-
-
-def check_tf_config(raw, strategy: str) -> dict:
-    """Validates a TF_CONFIG value; returns it parsed."""
-    def bad(why: str, fix: str = "Set TF_CONFIG as described in the README's cluster section."):
-        return ConfigError("TF_CONFIG", raw if raw is None or len(raw) < 120 else raw[:117] + "...", why, fix)
-
-    if not raw:
-        raise bad("cluster=tf_config needs the TF_CONFIG environment variable", "Set it, or use cluster=localhost.")
-    try:
-        spec = json.loads(raw)
-    except ValueError as err:
-        raise bad(f"not valid JSON ({err.msg} at character {err.pos})") from None
-    if not isinstance(spec, dict) or not isinstance(spec.get("cluster"), dict) or not spec["cluster"]:
-        raise bad("no 'cluster' mapping of job names to address lists")
-    task = spec.get("task")
-    if not isinstance(task, dict) or "type" not in task or "index" not in task:
-        raise bad("no 'task' with 'type' and 'index'")
-    known = ("chief", "worker", "ps", "evaluator")
-    for job, addresses in spec["cluster"].items():
-        if job not in known:
-            raise bad(f"unknown job type '{job}' in cluster (known: {', '.join(known)})")
-        if not isinstance(addresses, list) or not all(isinstance(a, str) and ":" in a for a in addresses):
-            raise bad(f"cluster.{job} must be a list of host:port strings")
-    kind, index = task["type"], task["index"]
-    if kind not in known:
-        raise bad(f"unknown task type '{kind}' (known: {', '.join(known)})")
-    if kind != "evaluator":
-        jobs = spec["cluster"].get(kind, [])
-        if not isinstance(index, int) or not 0 <= index < len(jobs):
-            raise bad(f"task index {index} is out of range: cluster.{kind} has {len(jobs)} address(es)")
-    if kind == "evaluator":
-        raise bad("xpdist runs no side-car evaluator task (validation runs in the training loop)",
-                  "Drop the evaluator from the cluster manager's job.")
-    if strategy == "parameter_server":
-        for needed in ("chief", "worker", "ps"):
-            if not spec["cluster"].get(needed):
-                raise bad(f"parameter_server needs a '{needed}' job in cluster (the chief runs the coordinator)")
-    return spec
 
 
 def _check_devices(cfg) -> None:

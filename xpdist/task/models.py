@@ -6,10 +6,11 @@ was set before TensorFlow was imported. They only use API both flavours share.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable, Dict, List, Sequence
 
-from xpdist.registry import Registry
+from hydra.utils import get_method
+
+from xpdist.core.registry import Registry
 
 MODELS = Registry("model")
 
@@ -59,10 +60,9 @@ def cnn(keras, cfg, input_shape, num_outputs):
 def custom(keras, cfg, input_shape, num_outputs):
     """Calls model._target_ (a dotted path) with input_shape, num_outputs and model.kwargs."""
     target = cfg.model._target_
-    module_name, _, attr = target.rpartition(".")
     try:
-        builder: Callable = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as err:
+        builder: Callable = get_method(target)
+    except Exception as err:  # Hydra raises ImportError or its own InstantiationException
         raise ValueError(f"model._target_={target} cannot be imported ({err}). "
                          "Give the dotted path of a callable that returns a Keras model.") from None
     return builder(input_shape=tuple(input_shape), num_outputs=num_outputs, **dict(cfg.model.kwargs))

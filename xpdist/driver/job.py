@@ -9,25 +9,24 @@ by SIGKILL or runs out of memory.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import threading
 import time
-import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from xpdist import launch, preflight, tracking
-from xpdist.errors import ConfigError
-from xpdist.plan import Plan
-
-RESULT_FILE = "result.json"
-JOB_FILE = "job.json"
-SWEEP_FILE = "sweep.json"
+from xpdist.core.clusterenv import ClusterEnv
+from xpdist.core.errors import ConfigError
+from xpdist.core.jobdir import JobDir, JobSpec
+from xpdist.core.plan import Plan
+from xpdist.driver import launchers, preflight
+from xpdist.driver.launchers import process
+from xpdist.tracking import store
+from xpdist.tracking.params import flatten, run_params
+from xpdist.tracking.relay import MetricRelay
 
 
 @dataclass
@@ -43,6 +42,8 @@ class JobResult:
     global_batch_size: Optional[int] = None
     metrics: Dict[str, float] = field(default_factory=dict)
     wall_time_s: float = 0.0
+    # A task that is not the chief (cluster=tf_config or slurm): its name, e.g. worker:1.
+    task_name: Optional[str] = None
 
     @property
     def ok(self) -> bool:
@@ -70,13 +71,13 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
     """Runs one experiment end to end; never raises for a failed training.
 
     Raises:
-        launch.Interrupted: after closing the run as KILLED.
+        process.Interrupted: after closing the run as KILLED.
     """
     started = time.monotonic()
     config = plain_config(cfg)
     plain = OmegaConf.create(config)
     result = JobResult(status="REJECTED", overrides=ctx.overrides)
-    uri = ctx.tracking_uri or tracking.resolve_uri(plain.tracking.uri, ctx.launch_dir)
+    uri = ctx.tracking_uri or store.resolve_uri(plain.tracking.uri, ctx.launch_dir)
     try:
         plan = preflight.check(plain, ctx.launch_dir)
         preflight.check_tracking_server(uri)
@@ -89,39 +90,40 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
 
     result.run_name = plan.run_name if ctx.job_num is None else f"{ctx.job_num}-{plan.run_name}"
     result.num_replicas, result.global_batch_size = plan.num_replicas, plan.global_batch_size
-    from xpdist import cluster
-
-    if not cluster.is_chief(plain):
-        return _run_member(plain, config, plan, ctx, uri, result, started)
-    _write_job_files(config, plan, ctx, uri)
+    job = JobDir(ctx.job_dir)
+    JobSpec(config, plan, uri, str(ctx.launch_dir), list(ctx.overrides)).write(job)
+    cluster_env = ClusterEnv.from_environ(plain.cluster.name)
+    if not cluster_env.is_chief:
+        return _run_member(plain, plan, job, cluster_env, result, started)
     # The task starts now and imports TensorFlow while this process creates the MLflow run.
-    recorder = _Recorder(uri, ctx, lambda: tracking.create_run(
-        uri, plain.tracking.experiment, result.run_name, tracking.run_params(config, plan), _tags(plan, ctx),
+    recorder = _Recorder(uri, job, lambda: store.create_run(
+        uri, plain.tracking.experiment, result.run_name, run_params(config, plan), _tags(plan, ctx),
         ctx.parent_run_id))
     recorder.start()
     try:
-        outcome = cluster.run(plain, plan, ctx.job_dir, launch.task_env(_task_env(plain, uri)))
+        env = process.task_env({"MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"})
+        outcome = launchers.run(plain, plan, job, env)
         result.run_id = recorder.finish()
         result.status, result.error = outcome.status, outcome.error
-        result.metrics = outcome.metrics
+        result.metrics = recorder.final_metrics()
         if outcome.restarts:
-            tracking.set_tags(uri, result.run_id, {"xpdist.restarts": str(outcome.restarts)})
+            store.set_tags(uri, result.run_id, {"xpdist.restarts": str(outcome.restarts)})
         if result.ok:
-            _log_outputs(uri, result.run_id, ctx.job_dir)
-    except launch.Interrupted as err:
+            _log_outputs(uri, result.run_id, job)
+    except process.Interrupted as err:
         result.status, result.error = "KILLED", f"interrupted by {err}"
         result.run_id = recorder.finish()
-        tracking.terminate(uri, result.run_id, "KILLED", result.error)
+        store.terminate(uri, result.run_id, "KILLED", result.error)
         raise
     except Exception as err:  # a launcher bug must not leave the run RUNNING
         result.status, result.error = "FAILED", f"{type(err).__name__}: {err}"
         if recorder.run_id:
             recorder.finish_quietly()
-            tracking.terminate(uri, recorder.run_id, "FAILED", result.error)
+            store.terminate(uri, recorder.run_id, "FAILED", result.error)
         raise
     result.wall_time_s = time.monotonic() - started
-    tracking.set_tags(uri, result.run_id, {"xpdist.wall_time_s": f"{result.wall_time_s:.2f}"})
-    tracking.terminate(uri, result.run_id, result.status, result.error)
+    store.set_tags(uri, result.run_id, {"xpdist.wall_time_s": f"{result.wall_time_s:.2f}"})
+    store.terminate(uri, result.run_id, result.status, result.error)
     return result
 
 
@@ -132,25 +134,18 @@ class _Recorder(threading.Thread):
     overlaps the task's TensorFlow import instead of delaying the task's start.
     """
 
-    def __init__(self, uri: str, ctx: JobContext, create: Callable[[], str]):
+    def __init__(self, uri: str, job: JobDir, create: Callable[[], str]):
         super().__init__(name="xpdist-recorder", daemon=True)
-        self._uri, self._ctx, self._create = uri, ctx, create
+        self._uri, self._job, self._create = uri, job, create
         self.run_id: Optional[str] = None
         self.error: Optional[BaseException] = None
-        self.relay: Optional[tracking.MetricRelay] = None
+        self.relay: Optional[MetricRelay] = None
 
     def run(self) -> None:
         try:
             self.run_id = self._create()
-            job_file = self._ctx.job_dir / JOB_FILE
-            job = json.loads(job_file.read_text())
-            job["run_id"] = self.run_id
-            staged = job_file.with_suffix(".tmp")
-            staged.write_text(json.dumps(job, indent=2))
-            os.replace(staged, job_file)  # the task may be reading it right now
-            tracking.log_artifacts(self._uri, self.run_id, [self._ctx.job_dir / "config.yaml",
-                                                            self._ctx.job_dir / "overrides.yaml"])
-            self.relay = tracking.MetricRelay(self._uri, self.run_id, self._ctx.job_dir / tracking.METRICS_FILE)
+            store.log_artifacts(self._uri, self.run_id, [self._job.config, self._job.overrides])
+            self.relay = MetricRelay(self._uri, self.run_id, self._job.metrics)
             self.relay.start()
         except BaseException as err:  # re-raised in the main thread by finish()
             self.error = err
@@ -169,24 +164,26 @@ class _Recorder(threading.Thread):
         except Exception:
             pass
 
+    def final_metrics(self) -> Dict[str, float]:
+        """Each epoch metric's last value, and the run's summary figures."""
+        latest = self.relay.latest if self.relay else {}
+        return {k: v for k, v in latest.items() if not k.startswith("batch_")}
 
-def _log_outputs(uri: str, run_id: str, job_dir: Path) -> None:
+
+def _log_outputs(uri: str, run_id: str, job: JobDir) -> None:
     """The trained model and the checkpoints the chief task left in the job directory."""
-    tracking.log_artifacts(uri, run_id, [job_dir / "model.keras"], "model")
-    checkpoints = job_dir / "checkpoints"
-    if checkpoints.is_dir() and any(checkpoints.iterdir()):
-        tracking.log_artifacts(uri, run_id, [checkpoints], "checkpoints")
+    store.log_artifacts(uri, run_id, [job.model], "model")
+    if job.checkpoints.is_dir() and any(job.checkpoints.iterdir()):
+        store.log_artifacts(uri, run_id, [job.checkpoints], "checkpoints")
 
 
-def _run_member(plain, config: Dict[str, Any], plan: Plan, ctx: JobContext, uri: str, result: JobResult,
+def _run_member(plain, plan: Plan, job: JobDir, cluster_env: ClusterEnv, result: JobResult,
                 started: float) -> JobResult:
     """A task that is not the chief (cluster=tf_config or slurm): it runs its part of the
-    training in place and creates no MLflow run; the chief's process records the one run."""
-    from xpdist import cluster
-
+    training in place and creates no MLflow run; the chief's driver records the one run."""
     result.run_id = None
-    _write_job_files(config, plan, ctx, uri)
-    outcome = cluster.run(plain, plan, ctx.job_dir, launch.task_env({"PYTHONUNBUFFERED": "1"}))
+    result.task_name = cluster_env.task_name
+    outcome = launchers.run(plain, plan, job, process.task_env({"PYTHONUNBUFFERED": "1"}))
     result.status, result.error = outcome.status, outcome.error
     result.wall_time_s = time.monotonic() - started
     return result
@@ -198,7 +195,7 @@ def _tags(plan: Plan, ctx: JobContext) -> Dict[str, str]:
             "mlflow.source.name": "python -m xpdist"}
     if ctx.job_num is not None:  # the job's index in its sweep, for the sweep's table
         tags["xpdist.job"] = str(ctx.job_num)
-    commit = tracking.git_commit(ctx.launch_dir)
+    commit = store.git_commit(ctx.launch_dir)
     if commit:
         tags["mlflow.source.git.commit"] = commit
         tags["git_commit"] = commit
@@ -206,44 +203,20 @@ def _tags(plan: Plan, ctx: JobContext) -> Dict[str, str]:
 
 
 def _record_rejected(config: Dict[str, Any], ctx: JobContext, uri: str, error: str) -> Optional[str]:
-    params = tracking.flatten(config)
+    params = flatten(config)
     name = f"{ctx.job_num}-rejected" if ctx.job_num is not None else "rejected"
-    run_id = tracking.create_run(uri, config["tracking"]["experiment"], name, params,
-                                 {"xpdist.overrides": " ".join(ctx.overrides) or "(none)",
-                                  "xpdist.job": str(ctx.job_num)}, ctx.parent_run_id)
-    tracking.terminate(uri, run_id, "FAILED", error)
+    run_id = store.create_run(uri, config["tracking"]["experiment"], name, params,
+                              {"xpdist.overrides": " ".join(ctx.overrides) or "(none)",
+                               "xpdist.job": str(ctx.job_num)}, ctx.parent_run_id)
+    store.terminate(uri, run_id, "FAILED", error)
     return run_id
-
-
-def _write_job_files(config: Dict[str, Any], plan: Plan, ctx: JobContext, uri: str) -> None:
-    ctx.job_dir.mkdir(parents=True, exist_ok=True)
-    (ctx.job_dir / tracking.METRICS_FILE).unlink(missing_ok=True)  # a reused job dir: relay only this run's
-    OmegaConf.save(OmegaConf.create(config), ctx.job_dir / "config.yaml")
-    OmegaConf.save(OmegaConf.create(list(ctx.overrides)), ctx.job_dir / "overrides.yaml")
-    job = {"run_id": None, "tracking_uri": uri, "launch_dir": str(ctx.launch_dir),
-           "plan": json.loads(plan.to_json())}
-    (ctx.job_dir / JOB_FILE).write_text(json.dumps(job, indent=2))
-
-
-def _task_env(cfg, uri: str) -> Dict[str, str]:
-    return {"MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"}
-
-
-def read_result(job_dir: Path) -> Dict[str, Any]:
-    """The result the chief task wrote, or {} if it wrote none (it died)."""
-    path = job_dir / RESULT_FILE
-    if not path.exists():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except ValueError:
-        return {}
 
 
 def print_summary(result: JobResult, uri: str, experiment_id: Optional[str] = None, out=sys.stdout) -> None:
     """The closing lines of a single run: status, final metrics, run id, how to look at it."""
     if result.run_id is None:  # a task that is not the chief: the chief reports the run
-        line = f"xpdist: task {_task_name()} {result.status} in {result.wall_time_s:.1f} s (the chief records the run)"
+        line = (f"xpdist: task {result.task_name} {result.status} in {result.wall_time_s:.1f} s "
+                "(the chief records the run)")
         print(line + (f"\n  error: {result.error}" if result.error else ""), file=out, flush=True)
         return
     lines = [f"xpdist: run {result.run_name} {result.status} in {result.wall_time_s:.1f} s"]
@@ -253,21 +226,7 @@ def print_summary(result: JobResult, uri: str, experiment_id: Optional[str] = No
     if result.error:
         lines.append(f"  error: {result.error}")
     lines.append(f"  run id: {result.run_id}   tracking uri: {uri}")
-    lines.append(f"  open the MLflow UI: {tracking.ui_command(uri)}")
+    lines.append(f"  open the MLflow UI: {store.ui_command(uri)}")
     if experiment_id is not None:
         lines.append(f"  then: http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{result.run_id}")
     print("\n".join(lines), file=out, flush=True)
-
-
-def _task_name() -> str:
-    task = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task", {})
-    if task:
-        return f"{task.get('type')}:{task.get('index')}"
-    return f"slurm:{os.environ.get('SLURM_PROCID', '?')}"
-
-
-def format_error(err: BaseException, verbose: bool) -> str:
-    text = f"xpdist: error: {err}"
-    if verbose:
-        text = "".join(traceback.format_exception(err)) + text
-    return text

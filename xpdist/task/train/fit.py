@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from typing import Dict
 
-from xpdist.models import loss_and_metrics
-from xpdist.train.common import TrainContext, checkpoint_manager, final_metrics, record_epoch
+from xpdist.task.data import global_batches, worker_batches
+from xpdist.task.models import loss_and_metrics
+from xpdist.task.train.common import TrainContext, checkpoint_manager, final_metrics, record_epoch
 
 
 def _callbacks(ctx: TrainContext):
@@ -79,12 +80,11 @@ def _callbacks(ctx: TrainContext):
     if ctx.plan.cluster != "local":
         # Last, so an epoch is in MLflow before its backup: a restart then never leaves a
         # gap in the run's metrics (a redone epoch is not logged twice, see record_epoch).
-        callbacks.append(keras.callbacks.BackupAndRestore(backup_dir=str(ctx.job_dir / "backup")))
+        callbacks.append(keras.callbacks.BackupAndRestore(backup_dir=str(ctx.job.backup)))
     return callbacks
 
 
 def train(ctx: TrainContext) -> Dict[str, float]:
-    from xpdist.data import global_batches, worker_batches
 
     tf, cfg, plan, arrays = ctx.tf, ctx.cfg, ctx.plan, ctx.arrays
     with ctx.strategy.scope():  # metric variables too: tf-keras refuses metrics made outside it

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import os
 import re
@@ -18,7 +17,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from xpdist.errors import ConfigError
+from xpdist.core.clusterenv import ClusterEnv
+from xpdist.core.errors import ConfigError
 
 # Strategies that run one process; the others need a cluster.
 SINGLE_PROCESS = ("default", "one_device", "mirrored", "central_storage", "tpu")
@@ -50,13 +50,6 @@ class Plan:
     run_name: str
     # Training steps per tf.function call (trainer.steps_per_execution, or its auto value).
     steps_per_execution: int = 1
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> "Plan":
-        return cls(**json.loads(text))
 
 
 @functools.lru_cache(maxsize=1)
@@ -103,30 +96,11 @@ def keras_flavour(cfg) -> str:
 
 
 def num_workers(cfg) -> int:
-    if cfg.strategy.name not in MULTI_WORKER:
-        return 1
-    if cfg.cluster.name == "local":
+    if cfg.strategy.name not in MULTI_WORKER or cfg.cluster.name == "local":
         return 1
     if cfg.cluster.name == "localhost":
         return cfg.cluster.workers
-    return _workers_from_environment(cfg.cluster.name)
-
-
-def _workers_from_environment(cluster: str) -> int:
-    if cluster == "tf_config":
-        try:
-            spec = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
-            return max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))
-        except (ValueError, AttributeError):
-            return 1  # preflight reports the malformed TF_CONFIG
-    if cluster == "slurm":
-        return slurm_tasks()
-    return 1
-
-
-def slurm_tasks() -> int:
-    """Tasks of this SLURM job step, as SlurmClusterResolver counts them."""
-    return max(1, int(os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or 1))
+    return ClusterEnv.from_environ(cfg.cluster.name).num_workers
 
 
 def replicas(cfg, devices: List[str], workers: int) -> int:

@@ -1,0 +1,117 @@
+"""Which task of which cluster this process is: TF_CONFIG or SLURM's variables, parsed once.
+
+The driver uses it to decide whether it records the run (only the chief's driver does) and
+how many workers the plan counts; the task uses it to decide whether it writes the shared
+outputs. Nothing else reads TF_CONFIG or SLURM_* for that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Dict, List, Mapping, Optional
+
+from xpdist.core.errors import ConfigError
+
+# Job names TF_CONFIG may use.
+TF_CONFIG_JOBS = ("chief", "worker", "ps", "evaluator")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterEnv:
+    """This process's place in its cluster.
+
+    Attributes:
+        kind: the cluster option: local, localhost, tf_config or slurm.
+        task_type: chief, worker or ps ("worker" for a single process).
+        task_index: the task's index within its type.
+        num_workers: the tasks that compute (workers, and the chief where there is one).
+        spec: TF_CONFIG's cluster (job -> addresses), when there is one.
+    """
+
+    kind: str
+    task_type: str = "worker"
+    task_index: int = 0
+    num_workers: int = 1
+    spec: Optional[Dict[str, List[str]]] = None
+
+    @property
+    def is_chief(self) -> bool:
+        """The chief (coordinator under parameter_server, else worker 0) records and saves."""
+        if self.spec and "chief" in self.spec:
+            return self.task_type == "chief"
+        return self.task_type in ("worker", "chief") and self.task_index == 0
+
+    @property
+    def task_name(self) -> str:
+        return f"{self.task_type}:{self.task_index}"
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.task_type}-{self.task_index}"
+
+    @classmethod
+    def from_environ(cls, kind: str, environ: Mapping[str, str] = os.environ) -> "ClusterEnv":
+        """Reads TF_CONFIG (localhost, tf_config) or SLURM_* (slurm); local reads nothing.
+
+        A malformed TF_CONFIG reads as a single task: preflight's check_tf_config reports it.
+        """
+        if kind == "slurm":
+            return cls(kind, "worker", int(environ.get("SLURM_PROCID", "0") or 0), slurm_tasks(environ))
+        raw = environ.get("TF_CONFIG") if kind in ("localhost", "tf_config") else None
+        if not raw:
+            return cls(kind)
+        try:
+            config = json.loads(raw)
+            spec, task = dict(config["cluster"]), dict(config["task"])
+            workers = len(spec.get("worker", [])) + len(spec.get("chief", []))
+            return cls(kind, str(task["type"]), int(task["index"]), max(1, workers), spec)
+        except (ValueError, KeyError, TypeError):
+            return cls(kind)
+
+
+def slurm_tasks(environ: Mapping[str, str] = os.environ) -> int:
+    """Tasks of this SLURM job step, as SlurmClusterResolver counts them."""
+    return max(1, int(environ.get("SLURM_STEP_NUM_TASKS") or environ.get("SLURM_NTASKS") or 1))
+
+
+def check_tf_config(raw: Optional[str], strategy: str) -> dict:
+    """Validates a TF_CONFIG value; returns it parsed.
+
+    Raises:
+        ConfigError: naming TF_CONFIG, what is wrong and what to do.
+    """
+    def bad(why: str, fix: str = "Set TF_CONFIG as described in docs/clusters.md.") -> ConfigError:
+        return ConfigError("TF_CONFIG", raw if raw is None or len(raw) < 120 else raw[:117] + "...", why, fix)
+
+    if not raw:
+        raise bad("cluster=tf_config needs the TF_CONFIG environment variable", "Set it, or use cluster=localhost.")
+    try:
+        spec = json.loads(raw)
+    except ValueError as err:
+        raise bad(f"not valid JSON ({err.msg} at character {err.pos})") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("cluster"), dict) or not spec["cluster"]:
+        raise bad("no 'cluster' mapping of job names to address lists")
+    task = spec.get("task")
+    if not isinstance(task, dict) or "type" not in task or "index" not in task:
+        raise bad("no 'task' with 'type' and 'index'")
+    for job, addresses in spec["cluster"].items():
+        if job not in TF_CONFIG_JOBS:
+            raise bad(f"unknown job type '{job}' in cluster (known: {', '.join(TF_CONFIG_JOBS)})")
+        if not isinstance(addresses, list) or not all(isinstance(a, str) and ":" in a for a in addresses):
+            raise bad(f"cluster.{job} must be a list of host:port strings")
+    kind, index = task["type"], task["index"]
+    if kind not in TF_CONFIG_JOBS:
+        raise bad(f"unknown task type '{kind}' (known: {', '.join(TF_CONFIG_JOBS)})")
+    if kind == "evaluator":
+        raise bad("xpdist runs no side-car evaluator task (validation runs in the training loop)",
+                  "Drop the evaluator from the cluster manager's job.")
+    jobs = spec["cluster"].get(kind, [])
+    if not isinstance(index, int) or not 0 <= index < len(jobs):
+        raise bad(f"task index {index} is out of range: cluster.{kind} has {len(jobs)} address(es)")
+    if strategy == "parameter_server":
+        for needed in ("chief", "worker", "ps"):
+            if not spec["cluster"].get(needed):
+                raise bad(f"parameter_server needs a '{needed}' job in cluster (the chief runs the coordinator)")
+    return spec

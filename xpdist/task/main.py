@@ -1,0 +1,102 @@
+"""The task process: `python -m xpdist.task <job dir>`.
+
+It reads the job spec the driver wrote, sets the environment TensorFlow reads at import (log
+level, Keras flavour), then trains (xpdist/task/runner.py). The chief writes its TaskResult
+into the job directory; the driver reads it and closes the MLflow run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from xpdist.core.clusterenv import ClusterEnv
+from xpdist.core.jobdir import JobDir, JobSpec, TaskResult
+from xpdist.core.plan import Plan
+from xpdist.core.taskenv import DRIVER_PID_ENV
+from xpdist.task import runner
+from xpdist.task.train.common import process_started_at
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    first = next((line for line in text if line.strip()), "")
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
+def prepare_environment(cfg, plan: Plan) -> None:
+    """What TensorFlow reads once, at import: set before `import tensorflow`."""
+    if not cfg.verbose:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "3")
+    os.environ["TF_USE_LEGACY_KERAS"] = "1" if plan.keras == "legacy" else "0"
+
+
+def _raise_interrupt(_signum, _frame):
+    raise KeyboardInterrupt
+
+
+def die_with_driver() -> None:
+    """Asks the kernel to SIGKILL this task when its driver dies (Linux), and exits at once
+    if the driver is already gone.
+
+    Set here rather than between fork and exec in the driver: that is unsafe while the driver
+    has threads. ctypes, because no kept library exposes PR_SET_PDEATHSIG without a build.
+    """
+    driver = os.environ.get(DRIVER_PID_ENV)
+    if not driver:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != int(driver):  # the driver died before the request took effect
+        os._exit(1)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    die_with_driver()
+    job = JobDir(Path(argv[0]).resolve())
+    spec = JobSpec.read(job)
+    cfg = OmegaConf.create(spec.config)
+    cluster = ClusterEnv.from_environ(cfg.cluster.name)
+    prepare_environment(cfg, spec.plan)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+
+    def write(status: str, error: str = None) -> None:
+        if cluster.is_chief:
+            TaskResult(status, error, process_started_at()).write(job)
+
+    try:
+        runner.run(cfg, spec, job, cluster)
+    except KeyboardInterrupt:
+        write("KILLED", "interrupted")
+        return 130
+    except Exception as err:  # every failure becomes a one-line account in the run
+        line = _one_line(err)
+        job.task_error.write_text("".join(traceback.format_exception(err)))
+        write("FAILED", line)
+        if cfg.verbose:
+            traceback.print_exc()
+        print(f"xpdist task: {line}", file=sys.stderr, flush=True)
+        return 1
+    write("FINISHED")
+    return 0
+
+
+def exit_now(code: int) -> None:
+    """Ends the process without the interpreter's teardown.
+
+    Everything the task owes is written by now (result.json, MLflow, checkpoints); unwinding
+    TensorFlow's runtime and module graph at exit took seconds here, which the user waits for.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+

@@ -1,0 +1,133 @@
+"""The MLflow store: runs created, tagged and closed, artifacts logged, SQLite's busy retried.
+
+Only the driver and the report use it; task processes never import MLflow.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, TypeVar
+
+import tenacity
+
+T = TypeVar("T")
+# Tag holding the one-line error of a FAILED or KILLED run.
+ERROR_TAG = "xpdist.error"
+# MLflow's own limit on entries per log_batch call.
+_BATCH_LIMIT = 100
+
+for _noisy in ("alembic", "mlflow.store.db.utils"):
+    logging.getLogger(_noisy).setLevel(logging.WARNING)
+
+
+def resolve_uri(configured: Optional[str], launch_dir: Path) -> str:
+    """tracking.uri, else MLFLOW_TRACKING_URI, else sqlite:///<launch dir>/mlflow.db."""
+    uri = configured or os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    return f"sqlite:///{(launch_dir / 'mlflow.db').resolve()}"
+
+
+def _sqlite_locked(err: BaseException) -> bool:
+    # MLflow wraps SQLAlchemy's OperationalError in an MlflowException: its message is the
+    # only sign that SQLite was busy with another writer (parallel sweep jobs).
+    return "database is locked" in str(err).lower()
+
+
+# Up to 30 tries, a random exponential wait of at most 2 s between them.
+_retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(_sqlite_locked),
+                              wait=tenacity.wait_random_exponential(multiplier=0.05, max=2.0),
+                              stop=tenacity.stop_after_attempt(30), reraise=True)
+
+
+def retry(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Calls fn, retrying while SQLite answers "database is locked"."""
+    return _retrying(fn, *args, **kwargs)
+
+
+def client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def ensure_experiment(mlflow_client, name: str, uri: str) -> str:
+    """Returns the id of experiment `name`, creating it (race-safe) if needed."""
+    from mlflow.exceptions import MlflowException
+
+    found = retry(mlflow_client.get_experiment_by_name, name)
+    if found is not None:
+        return found.experiment_id
+    location = None
+    if uri.startswith("sqlite:///"):
+        # Artifacts beside the database rather than under whatever the current directory is.
+        location = (Path(uri[len("sqlite:///"):]).parent / "mlruns").resolve().as_uri()
+    try:
+        return retry(mlflow_client.create_experiment, name, artifact_location=location,
+                     tags={"mlflow.experimentKind": "custom_model_development"})
+    except MlflowException:
+        found = retry(mlflow_client.get_experiment_by_name, name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+def git_commit(directory: Path) -> Optional[str]:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def create_run(uri: str, experiment: str, name: str, params: Dict[str, str], tags: Dict[str, str],
+               parent_run_id: Optional[str] = None) -> str:
+    """Creates a RUNNING run with its params and tags; returns its id."""
+    from mlflow.entities import Param, RunTag
+
+    mlflow_client = client(uri)
+    experiment_id = ensure_experiment(mlflow_client, experiment, uri)
+    all_tags = dict(tags)
+    if parent_run_id:
+        all_tags["mlflow.parentRunId"] = parent_run_id
+    run = retry(mlflow_client.create_run, experiment_id, run_name=name, tags=all_tags)
+    run_id = run.info.run_id
+    items = sorted(params.items())
+    for start in range(0, len(items), _BATCH_LIMIT):
+        chunk = [Param(k, v) for k, v in items[start:start + _BATCH_LIMIT]]
+        retry(mlflow_client.log_batch, run_id, params=chunk)
+    return run_id
+
+
+def set_tags(uri: str, run_id: str, tags: Dict[str, str]) -> None:
+    from mlflow.entities import RunTag
+
+    retry(client(uri).log_batch, run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+
+def terminate(uri: str, run_id: str, status: str, error: Optional[str] = None) -> None:
+    """Closes a run as FINISHED, FAILED or KILLED; an error message goes in ERROR_TAG."""
+    mlflow_client = client(uri)
+    if error:
+        retry(mlflow_client.set_tag, run_id, ERROR_TAG, error[:5000])
+    retry(mlflow_client.set_terminated, run_id, status)
+
+
+def log_artifacts(uri: str, run_id: str, paths: Iterable[Path], artifact_path: Optional[str] = None) -> None:
+    mlflow_client = client(uri)
+    for path in paths:
+        if path.is_dir():
+            retry(mlflow_client.log_artifacts, run_id, str(path), artifact_path)
+        elif path.exists():
+            retry(mlflow_client.log_artifact, run_id, str(path), artifact_path)
+
+
+def ui_command(uri: str) -> str:
+    """The command that opens the MLflow UI on this store, bound to loopback."""
+    if uri.startswith(("http://", "https://")):
+        return f"open {uri}"
+    return f"mlflow ui --host 127.0.0.1 --port 5000 --backend-store-uri {uri}"
