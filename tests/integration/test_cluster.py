@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import TINY, Xpdist, xpdist_env
 from xpdist.core.errors import ConfigError
+from xpdist.core.jobdir import JobDir
 from xpdist.core.clusterenv import check_tf_config
 
 CLUSTER = pytest.mark.cluster
@@ -277,6 +278,7 @@ def test_tf_config_tasks_make_one_run_recorded_by_the_chief(xpdist, tmp_path):
     run = only_run(xpdist)
     assert run.info.status == "FINISHED" and run.data.params["num_replicas"] == "2"
     assert epochs_logged(xpdist, run) == [1, 2]
-    assert json.loads((tmp_path / "worker-1" / "job.json").read_text())["run_id"] is None
+    # Only the chief's task writes the run's outputs: no result, no metrics from worker 1.
+    assert not JobDir(tmp_path / "worker-1").result.exists() and not JobDir(tmp_path / "worker-1").metrics.exists()
     for index in range(2):
         assert_nothing_left(tmp_path / f"worker-{index}")
