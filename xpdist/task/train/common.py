@@ -68,6 +68,27 @@ def record_epoch(ctx: TrainContext, epoch: int, logs: Dict[str, float], train_s:
     return metrics
 
 
+def build_optimizer(ctx: TrainContext) -> None:
+    """Creates the optimizer's variables (iterations, Adam's moments, momentum) now, eagerly,
+    under the strategy's scope, before any tf.function traces a training step.
+
+    Keras 3 builds an optimizer on its first apply_gradients. In a custom loop that is inside
+    the traced step, in the replica context: under MirroredStrategy the new variables'
+    initializers cannot be lifted out of the function, so tf.function falls back to running
+    them under a tf.cond ("fn_with_cond"), whose graph fails with "You must feed a value for
+    placeholder tensor 'cond/else/_1/cond/Placeholder...' with dtype int32"
+    (keras-team/keras#23085; fixed in Keras by keras-team/keras#23087, which Keras 3.15.1
+    lacks). Model.fit builds the optimizer before tracing itself; optimizers with no slot
+    variables (SGD without momentum) never hit it. Building twice is a no-op, and a
+    checkpoint restored later fills the variables in place.
+    """
+    variables = ctx.model.trainable_variables
+    if not variables:  # an unbuilt custom model: the optimizer is built at its first step
+        return
+    with ctx.strategy.scope():
+        ctx.optimizer.build(variables)
+
+
 def checkpoint_manager(ctx: TrainContext, **extra):
     """A CheckpointManager keeping the last trainer.keep_checkpoints checkpoints (None if 0)."""
     keep = int(ctx.cfg.trainer.keep_checkpoints)

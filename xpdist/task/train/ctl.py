@@ -12,7 +12,8 @@ from typing import Dict
 
 from xpdist.task.data import replica_batches_fn
 from xpdist.task.models import loss_and_metrics
-from xpdist.task.train.common import TrainContext, checkpoint_manager, final_metrics, record_epoch, restore_latest
+from xpdist.task.train.common import (TrainContext, build_optimizer, checkpoint_manager, final_metrics, record_epoch,
+                                      restore_latest)
 
 
 class _Loop:
@@ -76,6 +77,7 @@ class _Loop:
 
 def train(ctx: TrainContext) -> Dict[str, float]:
     tf, cfg, plan, arrays = ctx.tf, ctx.cfg, ctx.plan, ctx.arrays
+    build_optimizer(ctx)  # before the step is traced: see build_optimizer
     loop = _Loop(ctx)
     steps = plan.steps_per_epoch
     dataset = ctx.strategy.distribute_datasets_from_function(

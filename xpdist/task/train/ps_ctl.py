@@ -13,7 +13,8 @@ from typing import Dict
 
 from xpdist.task.data import worker_batches
 from xpdist.task.models import loss_and_metrics
-from xpdist.task.train.common import TrainContext, checkpoint_manager, final_metrics, record_epoch, restore_latest
+from xpdist.task.train.common import (TrainContext, build_optimizer, checkpoint_manager, final_metrics, record_epoch,
+                                      restore_latest)
 
 
 def train(ctx: TrainContext) -> Dict[str, float]:
@@ -24,8 +25,7 @@ def train(ctx: TrainContext) -> Dict[str, float]:
     loss_fn, name = spec["loss"], spec["metrics"][0].name
     classification = arrays.kind == "classification"
     global_batch = plan.global_batch_size
-    with strategy.scope():  # slot variables must exist before steps run on workers
-        optimizer.build(model.trainable_variables)
+    build_optimizer(ctx)  # slot variables must exist before steps run on workers
 
     def metric_sum(y, outputs):
         if classification:
