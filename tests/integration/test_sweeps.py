@@ -67,15 +67,15 @@ def check_finished_child(child):
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_recipe_runs(xpdist, recipe):
-    sweep = bool(compose([f"+recipe={recipe}"]).hydra.sweeper.params)
-    proc = xpdist.run(f"+recipe={recipe}", *TINY, *(PARALLEL if sweep else []), tiny=False, timeout=900)
+    sweep = bool(compose([f"recipe={recipe}"]).hydra.sweeper.params)
+    proc = xpdist.run(f"recipe={recipe}", *TINY, *(PARALLEL if sweep else []), tiny=False, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     if not sweep:
         (run,) = xpdist.runs()
         check_finished_child(run)
         return
     parent, children = sweep_runs(xpdist)
-    params = compose([f"+recipe={recipe}"]).hydra.sweeper.params
+    params = compose([f"recipe={recipe}"]).hydra.sweeper.params
     jobs = 1
     for key, values in params.items():
         jobs *= len(values.split(","))
@@ -87,7 +87,7 @@ def test_recipe_runs(xpdist, recipe):
         assert {a.path for a in xpdist.client().list_artifacts(child.info.run_id)} >= {"config.yaml", "model"}
         assert len(xpdist.client().get_metric_history(child.info.run_id, "loss")) == 1
     assert parent.info.status == "FINISHED"
-    assert parent.info.run_name.startswith("sweep-") and f"+recipe={recipe}" in parent.info.run_name
+    assert parent.info.run_name.startswith("sweep-") and f"recipe={recipe}" in parent.info.run_name
     for key, values in params.items():
         assert parent.data.tags[f"sweep.{key}"] == values
     check_summary(xpdist, proc, parent, children)
