@@ -35,11 +35,11 @@ def one_line(err: Exception) -> str:
         return f"{cause.full_key}={_override_value(err, cause)}: {_first_line(cause)}. See {cause.full_key} in {DOCS}."
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and cause.full_key:
         return _unknown_key(err, cause)
-    multiple = re.match(r"Multiple values for (\S+)\.", str(err))
+    multiple = re.match(r"Multiple values for (\S+)\. To override a value use 'override \S+: (\S+)'", str(err))
     if multiple:  # `+group=option` for a group the defaults list already has
-        group = multiple.group(1)
-        return (f"+{group}: {group} already has an option (one per group). "
-                f"Drop the +: {group}=NAME.")
+        group, option = multiple.groups()
+        return (f"+{group}={option}: {group} is a config group, which takes one option. "
+                f"Drop the +: {group}={option}.")
     return " ".join(_lines(err) + (_lines(cause)[:1] if cause else []))
 
 
