@@ -98,10 +98,11 @@ def test_recipe_runs(xpdist, recipe):
 
 
 def test_sweep_goes_on_after_failed_jobs_and_exits_non_zero(xpdist):
-    # cross_ops=nccl is rejected before training (no GPU here); model=custom with a target that
-    # does not exist crashes inside its task process; the last job trains.
-    proc = xpdist.run("strategy=mirrored", "devices.logical_cpus=2", "model=custom,linear",
-                      "model._target_=xpdist.no_such_module.build", "cross_ops=nccl,hierarchical", *TINY,
+    # cross_ops=nccl is rejected before training (no GPU here); a model._target_ whose package
+    # exists but whose module does not crashes inside its task process; the last job trains.
+    proc = xpdist.run("strategy=mirrored", "devices.logical_cpus=2", "model=custom",
+                      "model._target_=xpdist.no_such_module.build,xpdist.task.models.example_custom_model",
+                      "cross_ops=nccl,hierarchical", *TINY,
                       multirun=True, tiny=False, timeout=600)
     assert proc.returncode == 1, proc.stderr[-3000:]
     parent, children = sweep_runs(xpdist)

@@ -52,7 +52,7 @@ class Partitioner(Enum):
 
 @dataclass
 class StrategyBase:
-    # The option's name, set by the option (strategy=NAME); the task dispatches on it.
+    # Fixed by each option, and what the code dispatches on: choose another with strategy=NAME.
     name: str = MISSING
 
 
@@ -113,7 +113,7 @@ class TpuStrategy(StrategyBase):
 
 @dataclass
 class CrossOpsBase:
-    # The option's name, set by the option (cross_ops=NAME).
+    # Fixed by each option: choose another with cross_ops=NAME.
     name: str = MISSING
 
 
@@ -149,7 +149,7 @@ class ReductionToOneDeviceCrossOps(CrossOpsBase):
 
 @dataclass
 class CommunicationBase:
-    # The option's name, set by the option (communication=NAME).
+    # Fixed by each option: choose another with communication=NAME.
     name: str = MISSING
     # Give up on a collective after this many seconds (null: wait forever).
     timeout_seconds: Optional[float] = None
@@ -174,7 +174,7 @@ class NcclCommunication(CommunicationBase):
 
 @dataclass
 class ClusterBase:
-    # The option's name, set by the option (cluster=NAME).
+    # Fixed by each option: choose another with cluster=NAME.
     name: str = MISSING
 
 
@@ -213,7 +213,7 @@ class SlurmCluster(ClusterBase):
 
 @dataclass
 class ModelBase:
-    # The option's name, set by the option (model=NAME); the task dispatches on it.
+    # Fixed by each option, and what the code dispatches on: choose another with model=NAME.
     name: str = MISSING
 
 
@@ -263,7 +263,7 @@ class CustomModel(ModelBase):
 
 @dataclass
 class DatasetBase:
-    # The option's name, set by the option (dataset=NAME); the task dispatches on it.
+    # Fixed by each option, and what the code dispatches on: choose another with dataset=NAME.
     name: str = MISSING
     # Examples in each replica's batch; the global batch is this x the number of replicas.
     per_replica_batch_size: int = 32
@@ -323,7 +323,7 @@ class MnistDataset(DatasetBase):
 
 @dataclass
 class OptimizerBase:
-    # The option's name, set by the option (optimizer=NAME).
+    # Fixed by each option: choose another with optimizer=NAME.
     name: str = MISSING
     # Base learning rate, before optimizer.lr_scaling.
     learning_rate: float = 0.01
@@ -353,7 +353,7 @@ class AdamOptimizer(OptimizerBase):
 
 @dataclass
 class TrainerBase:
-    # The option's name, set by the option (trainer=NAME).
+    # Fixed by each option: choose another with trainer=NAME.
     name: str = MISSING
     # Passes over the training data.
     epochs: int = 2
