@@ -240,15 +240,11 @@ def _check_model_target(cfg) -> None:
         return
     target = cfg.model._target_
     top = target.split(".")[0]
-    try:
-        found = "." in target and importlib.util.find_spec(top) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        raise ConfigError("model._target_", target or '""', f"no module '{top}' can be imported here" if "." in target
-                          else "it is not a dotted path (module.function)",
-                          "Give module.function of a function that returns a Keras model, "
-                          "with its package installed or on PYTHONPATH.")
+    fix = "Give module.function of a function that returns a Keras model, with its package installed or on PYTHONPATH."
+    if "." not in target or not top:
+        raise ConfigError("model._target_", target or '""', "it is not a dotted path (module.function)", fix)
+    if importlib.util.find_spec(top) is None:
+        raise ConfigError("model._target_", target, f"no module '{top}' can be imported here", fix)
 
 
 def _check_sizes(cfg, plan: planning.Plan) -> None:
