@@ -19,7 +19,7 @@ RUNS = {
                        "trainer.steps_per_epoch=4"],
     # A file of arrays next to where the command runs, and a model from a dotted path.
     "npz-custom-fit": ["dataset=npz", "dataset.path=data/arrays.npz", "dataset.validation_split=0.2",
-                       "dataset.per_replica_batch_size=16", "model=custom", "model.kwargs.units=8"],
+                       "dataset.per_replica_batch_size=16", "model=custom", "+model.kwargs.units=8"],
 }
 
 
@@ -73,6 +73,7 @@ def test_npz_custom_model(runs):
     done = runs["npz-custom-fit"]
     params = done.run.data.params
     assert (params["dataset"], params["model"], params["dataset.path"]) == ("npz", "custom", "data/arrays.npz")
-    assert params["model._target_"] == "xpdist.task.models.example_custom_model"
+    assert params["model._target_"] == "xpdist.task.models.example_custom_model" and params["model.kwargs.units"] == "8"
+    assert not any(k.startswith(("model.filters", "model.hidden_units", "model.l2")) for k in params)
     # example_custom_model(units=8) on 5 features and 3 classes read from the file.
     assert [w.shape for w in done.weights()] == [(5, 8), (8,), (8, 3), (3,)]

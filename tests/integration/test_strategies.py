@@ -90,8 +90,14 @@ def test_run_finished_with_the_summary_params(runs, name):
     assert set(SUMMARY_PARAMS) <= set(expected)
     assert {k: params.get(k) for k in expected} == expected
     assert done.run.info.run_name == run_name
-    # The whole resolved config is there too, flattened.
-    assert params["trainer.epochs"] == str(EPOCHS) and params["seed"] == "7"
+    # The keys of the options the run used, and nothing else.
+    assert params["trainer.epochs"] == str(EPOCHS) and params["seed"] == "7" and params["model.l2"] == "0.0001"
+    assert not any(k.startswith(("model.filters", "model.hidden_units", "tracking.")) for k in params)
+    if expected["strategy"] != "mirrored":  # cross_ops and communication keys only where they apply
+        assert not any(k.startswith("cross_ops.") for k in params)
+    assert any(k.startswith("communication.") for k in params) == (expected["strategy"] == "multi_worker_mirrored")
+    if expected["cross_ops"] == "hierarchical":
+        assert params["cross_ops.num_packs"] == "1"
     tags = done.run.data.tags
     for key in ("strategy", "cross_ops", "communication", "cluster"):
         assert tags[key] == expected[key]

@@ -67,15 +67,15 @@ def check_finished_child(child):
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_recipe_runs(xpdist, recipe):
-    sweep = bool(compose([f"+recipe={recipe}"]).hydra.sweeper.params)
-    proc = xpdist.run(f"+recipe={recipe}", *TINY, *(PARALLEL if sweep else []), tiny=False, timeout=900)
+    sweep = bool(compose([f"recipe={recipe}"]).hydra.sweeper.params)
+    proc = xpdist.run(f"recipe={recipe}", *TINY, *(PARALLEL if sweep else []), tiny=False, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     if not sweep:
         (run,) = xpdist.runs()
         check_finished_child(run)
         return
     parent, children = sweep_runs(xpdist)
-    params = compose([f"+recipe={recipe}"]).hydra.sweeper.params
+    params = compose([f"recipe={recipe}"]).hydra.sweeper.params
     jobs = 1
     for key, values in params.items():
         jobs *= len(values.split(","))
@@ -87,7 +87,7 @@ def test_recipe_runs(xpdist, recipe):
         assert {a.path for a in xpdist.client().list_artifacts(child.info.run_id)} >= {"config.yaml", "model"}
         assert len(xpdist.client().get_metric_history(child.info.run_id, "loss")) == 1
     assert parent.info.status == "FINISHED"
-    assert parent.info.run_name.startswith("sweep-") and f"+recipe={recipe}" in parent.info.run_name
+    assert parent.info.run_name.startswith("sweep-") and f"recipe={recipe}" in parent.info.run_name
     for key, values in params.items():
         assert parent.data.tags[f"sweep.{key}"] == values
     check_summary(xpdist, proc, parent, children)
@@ -98,10 +98,11 @@ def test_recipe_runs(xpdist, recipe):
 
 
 def test_sweep_goes_on_after_failed_jobs_and_exits_non_zero(xpdist):
-    # cross_ops=nccl is rejected before training (no GPU here); model=custom with a target that
-    # does not exist crashes inside its task process; the last job trains.
-    proc = xpdist.run("strategy=mirrored", "devices.logical_cpus=2", "model=custom,linear",
-                      "model._target_=xpdist.no_such_module.build", "cross_ops=nccl,hierarchical", *TINY,
+    # cross_ops=nccl is rejected before training (no GPU here); a model._target_ whose package
+    # exists but whose module does not crashes inside its task process; the last job trains.
+    proc = xpdist.run("strategy=mirrored", "devices.logical_cpus=2", "model=custom",
+                      "model._target_=xpdist.no_such_module.build,xpdist.task.models.example_custom_model",
+                      "cross_ops=nccl,hierarchical", *TINY,
                       multirun=True, tiny=False, timeout=600)
     assert proc.returncode == 1, proc.stderr[-3000:]
     parent, children = sweep_runs(xpdist)

@@ -49,8 +49,28 @@ def test_unreachable_tracking_server_from_the_environment(xpdist):
     assert uri in assert_rejected(xpdist, proc, "tracking.uri")
 
 
-def test_misspelled_key_fails_at_compose_time(xpdist):
-    proc = xpdist.run("trainer.epoch=3", timeout=120)
-    assert proc.returncode != 0
-    assert "trainer.epoch" in proc.stderr and "Traceback" not in proc.stderr
-    assert not (xpdist.workdir / "mlflow.db").exists()
+@pytest.mark.parametrize("overrides, key, says", [
+    (["strategy=mirrord"], "strategy", "Use one of: central_storage, default, mirrored,"),  # a typo in an option
+    (["trainer.epochs=two"], "trainer.epochs", "could not be converted to Integer"),  # a wrong type
+    (["trainer.epoch=3"], "trainer.epoch", "trainer=fit has no key 'epoch'. Its keys are: name, epochs,"),
+    (["+trainer.epoch=3"], "trainer.epoch", "nothing would read it"),  # the trap of Hydra's own hint
+    (["+unknown.key=1"], "unknown.key", "the config has no key 'unknown'"),
+    (["model.filters=[8]"], "model.filters", "model=linear has no key 'filters'"),  # a key of another option
+    (["+recipe=quickstart"], "+recipe", "Drop the +: recipe=quickstart"),
+    (["model=custom", "model._target_=no_such_package.build"], "model._target_", "no module 'no_such_package'"),
+])
+def test_bad_config_from_hydra_or_the_schema_is_one_line_and_exit_2(xpdist, overrides, key, says):
+    line = assert_rejected(xpdist, xpdist.run(*overrides, timeout=120), key)
+    assert says in line and "HYDRA_FULL_ERROR" not in line and "To append" not in line
+    assert not (xpdist.workdir / "outputs").exists()
+
+
+def test_a_sweep_with_a_bad_value_exits_2_with_one_line(xpdist):
+    """Hydra composes each job of a sweep when it starts: the bad one stops the sweep, exit 2."""
+    proc = xpdist.run("trainer.epochs=two,1", multirun=True, tiny=False, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("xpdist: error:")]
+    assert errors == [line for line in proc.stderr.strip().splitlines()]
+    assert len(errors) == 1 and errors[0].startswith("xpdist: error: trainer.epochs=two: ")
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert all(run.info.status != "RUNNING" for run in xpdist.runs())

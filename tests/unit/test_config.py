@@ -1,4 +1,5 @@
-"""Every option of every config group composes; typos and wrong types fail at compose time."""
+"""Every option of every config group composes onto its own schema; typos, wrong types and
+keys of another option fail at compose time with Hydra's message."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf import OmegaConf
 
 from conftest import REPO, compose
-from xpdist.core.schema import GROUPS
+from xpdist.core.errors import ConfigError
+from xpdist.core.schema import GROUPS, OPTIONS, check_keys
+from unit_helpers import plain
 
 CONF = REPO / "conf"
 # Folders under conf/ that are not config groups of the primary config.
@@ -30,23 +34,29 @@ def _options():
     return found
 
 
-OPTIONS = _options()
+FILE_OPTIONS = _options()
 
 
 def test_the_walk_finds_every_group_of_the_schema():
-    groups = {group for group, _ in OPTIONS}
+    groups = {group for group, _ in FILE_OPTIONS}
     assert set(GROUPS) <= groups
 
 
-@pytest.mark.parametrize("group, option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+def test_every_option_of_the_schema_has_its_file_and_every_file_its_schema():
+    for group in GROUPS:
+        assert set(OPTIONS[group]) == {p.stem for p in (CONF / group).glob("*.yaml")}, group
+
+
+@pytest.mark.parametrize("group, option", FILE_OPTIONS, ids=[f"{g}={o}" for g, o in FILE_OPTIONS])
 def test_every_option_composes(group, option):
     cfg = compose([f"{group}={option}"])
     node = cfg
     for part in group.split("/"):
         node = node[part]
     if group in GROUPS:
-        # The option file names itself: the code dispatches on `name`.
-        assert node.name == option
+        # The option file extends its own schema, which fixes `name` (the code dispatches on it).
+        assert OmegaConf.get_type(node) is OPTIONS[group][node.name]
+        check_keys(plain(f"{group}={option}"))
 
 
 def test_the_primary_config_composes_with_the_documented_defaults():
@@ -87,7 +97,7 @@ def test_a_misspelled_key_in_an_option_file_fails(tmp_path: Path):
     """Option files are merged onto the typed schema, so a typo in YAML fails as on the command line."""
     conf = tmp_path / "conf"
     shutil.copytree(CONF, conf)
-    (conf / "trainer" / "typo.yaml").write_text("name: typo\nepoch: 3\n")
+    (conf / "trainer" / "typo.yaml").write_text("defaults:\n  - base_fit\nepoch: 3\n")
     from hydra import compose as hydra_compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
@@ -99,3 +109,48 @@ def test_a_misspelled_key_in_an_option_file_fails(tmp_path: Path):
 def test_lr_table_can_be_given_on_the_command_line():
     cfg = compose(["optimizer.lr_scaling=table", "++optimizer.lr_table={8: 0.1, 16: 0.2}"])
     assert dict(cfg.optimizer.lr_table) == {8: 0.1, 16: 0.2}
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["model=linear", "model.filters=[8]"], "Key 'filters' not in 'LinearModel'"),
+    (["dataset=digits", "dataset.num_examples=50"], "Key 'num_examples' not in 'DigitsDataset'"),
+    (["strategy=default", "strategy.devices=[/cpu:0]"], "Key 'devices' not in 'DefaultStrategy'"),
+    (["cluster=slurm", "cluster.workers=2"], "Key 'workers' not in 'SlurmCluster'"),
+    (["optimizer=adam", "optimizer.momentum=0.9"], "Key 'momentum' not in 'AdamOptimizer'"),
+    (["cross_ops=auto", "cross_ops.num_packs=2"], "Key 'num_packs' not in 'AutoCrossOps'"),
+])
+def test_a_key_of_another_option_fails_at_compose_time(overrides, message):
+    with pytest.raises(ConfigCompositionException) as err:
+        compose(overrides)
+    assert message in str(err.value.__cause__)
+
+
+def test_the_same_key_is_accepted_by_the_option_that_has_it():
+    assert list(compose(["model=cnn", "model.filters=[8]"]).model.filters) == [8]
+    assert compose(["dataset=synthetic_images", "dataset.num_examples=50"]).dataset.num_examples == 50
+
+
+@pytest.mark.parametrize("override, key", [
+    ("+trainer.epoch=3", "trainer.epoch"), ("+unknown.key=1", "unknown.key"), ("+model.filters=[8]", "model.filters"),
+    ("+devices.gpus=2", "devices.gpus"), ("+tracking.experiments=x", "tracking.experiments"),
+])
+def test_a_key_appended_with_plus_that_the_schema_does_not_know_is_refused(override, key):
+    """Hydra appends these to typed nodes too; no code would read them."""
+    config = plain(override)
+    with pytest.raises(ConfigError) as err:
+        check_keys(config)
+    assert err.value.key == key and "nothing would read it" in str(err.value)
+
+
+def test_a_name_set_by_hand_is_refused():
+    with pytest.raises(ConfigError, match=r"^model\.name=cnn: .*Choose the option instead: model=cnn\."):
+        check_keys(plain("model=linear", "model.name=cnn"))
+
+
+def test_custom_model_kwargs_start_empty():
+    """A user's own function gets only the kwargs they give (the example's defaults live in its signature)."""
+    cfg = compose(["model=custom", "model._target_=my_pkg.models.build"])
+    assert cfg.model._target_ == "my_pkg.models.build" and dict(cfg.model.kwargs) == {}
+    cfg = plain("model=custom", "+model.kwargs.units=32")
+    assert dict(cfg.model.kwargs) == {"units": 32}
+    check_keys(cfg)

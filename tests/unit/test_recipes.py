@@ -22,22 +22,22 @@ def test_recipe_composes_and_opens_with_its_command(name):
     text = (REPO / "recipes" / f"{name}.yaml").read_text()
     header = text.split("\n\n")[0]
     assert header.startswith("# @package _global_\n"), "a recipe sets keys of the whole config"
-    assert f"python -m xpdist +recipe={name}\n" in header, "the opening comment gives the exact command"
-    cfg = compose([f"+recipe={name}"])
+    assert f"python -m xpdist recipe={name}\n" in header, "the opening comment gives the exact command"
+    cfg = compose([f"recipe={name}"])
     assert cfg.trainer.epochs >= 1
     if "mode: MULTIRUN" in text:
         assert cfg.hydra.mode.name == "MULTIRUN" and cfg.hydra.sweeper.params
 
 
 def test_quickstart_is_the_guides_example():
-    cfg = compose(["+recipe=quickstart"])
+    cfg = compose(["recipe=quickstart"])
     assert (cfg.strategy.name, cfg.model.name, cfg.dataset.name, cfg.trainer.name) == \
         ("mirrored", "linear", "synthetic_regression", "fit")
     assert cfg.dataset.per_replica_batch_size * cfg.devices.logical_cpus == 10  # the guide's batch
 
 
 def test_strategy_sweep_covers_every_single_process_strategy():
-    strategies = set(compose(["+recipe=strategy_sweep"]).hydra.sweeper.params.strategy.split(","))
+    strategies = set(compose(["recipe=strategy_sweep"]).hydra.sweeper.params.strategy.split(","))
     single_process = {p.stem for p in (REPO / "conf" / "strategy").glob("*.yaml")} - {"parameter_server", "tpu"}
     assert strategies == single_process
 

@@ -41,3 +41,8 @@ def no_gpus(monkeypatch):
     planning.gpu_count.cache_clear()
     yield
     planning.gpu_count.cache_clear()
+
+
+def recording_model(input_shape, num_outputs, **kwargs):
+    """A model._target_ for tests: returns what it was called with instead of a model."""
+    return {"input_shape": input_shape, "num_outputs": num_outputs, **kwargs}

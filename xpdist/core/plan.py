@@ -77,8 +77,8 @@ def parse_device(name: str) -> Optional[tuple]:
 
 
 def local_devices(cfg) -> List[str]:
-    """strategy.devices, else every GPU, else every logical CPU."""
-    if cfg.strategy.devices:
+    """strategy.devices (one_device, mirrored, central_storage), else every GPU, else every logical CPU."""
+    if cfg.strategy.get("devices"):
         return list(cfg.strategy.devices)
     gpus = gpu_count()
     if gpus:
@@ -203,7 +203,7 @@ MAX_AUTO_STEPS_PER_EXECUTION = 32
 
 
 def steps_per_execution(cfg, steps_per_epoch: int, num_replicas: int) -> int:
-    """trainer.steps_per_execution, or for null the auto value (see config.TrainerConfig).
+    """trainer.steps_per_execution, or for null the auto value (see schema.TrainerBase).
 
     The auto value divides the steps per epoch: Keras 3 runs whole executions, so an epoch
     of 20 steps at 8 per call would run 24. It stays 1 with several replicas: Keras 3's

@@ -1,17 +1,24 @@
-"""The config schema: one dataclass per Hydra config group.
+"""The config schema: one dataclass per option of each Hydra config group.
 
-The YAML files under conf/ carry values only; these dataclasses give every key its type and
-default, so a misspelled key or a wrong type fails when Hydra composes the config. This module
-imports no TensorFlow: the process that composes configs never needs it.
+Each option's dataclass is stored in Hydra's ConfigStore as `<group>/base_<name>`, and the
+option's YAML file (conf/<group>/<name>.yaml) extends it through its defaults list, carrying
+values only. So a key that the chosen option does not have (`model=linear model.filters=[8]`),
+a misspelled key or a wrong type fails when Hydra composes the config, with Hydra's message.
+`name` is fixed by each option's dataclass: the code dispatches on it, and no file repeats it.
+This module imports no TensorFlow: the process that composes configs never needs it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from xpdist.core.errors import ConfigError
 
 
 class LrScaling(Enum):
@@ -41,139 +48,323 @@ class Partitioner(Enum):
     fixed = 2
 
 
+# ---- strategy: which tf.distribute strategy trains -------------------------------------------
+
 @dataclass
-class StrategyConfig:
-    # Which tf.distribute strategy: default, one_device, mirrored, central_storage,
-    # multi_worker_mirrored, parameter_server, tpu. Set by the option file.
+class StrategyBase:
+    # Fixed by each option, and what the code dispatches on: choose another with strategy=NAME.
+    name: str = MISSING
+
+
+@dataclass
+class DefaultStrategy(StrategyBase):
     name: str = "default"
+
+
+@dataclass
+class LocalDevicesStrategy(StrategyBase):
     # Devices to use, e.g. ["/cpu:0", "/cpu:1"]. Empty: every visible GPU, else every
-    # (logical) CPU. one_device takes the first entry.
+    # (logical) CPU.
     devices: List[str] = field(default_factory=list)
-    # strategy=tpu: the TPU name or grpc:// address handed to TPUClusterResolver;
-    # "local" for a TPU VM's own chips.
-    tpu: str = ""
-    # strategy=parameter_server: how variables are sharded over parameter servers.
+
+
+@dataclass
+class OneDeviceStrategy(LocalDevicesStrategy):
+    name: str = "one_device"
+
+
+@dataclass
+class MirroredStrategy(LocalDevicesStrategy):
+    name: str = "mirrored"
+
+
+@dataclass
+class CentralStorageStrategy(LocalDevicesStrategy):
+    name: str = "central_storage"
+
+
+@dataclass
+class MultiWorkerMirroredStrategy(StrategyBase):
+    name: str = "multi_worker_mirrored"
+
+
+@dataclass
+class ParameterServerStrategy(StrategyBase):
+    name: str = "parameter_server"
+    # How variables are sharded over the parameter servers: none, min_size or fixed.
     variable_partitioner: Partitioner = Partitioner.none
     # variable_partitioner=min_size: smallest shard, in bytes (default 256 KiB).
     min_shard_bytes: int = 256 << 10
-    # variable_partitioner=min_size: at most this many shards (default: one per ps).
+    # variable_partitioner=min_size: at most this many shards (null: one per parameter server).
     max_shards: Optional[int] = None
-    # variable_partitioner=fixed: exactly this many shards (default: one per ps).
+    # variable_partitioner=fixed: exactly this many shards (null: one per parameter server).
     num_shards: Optional[int] = None
 
 
 @dataclass
-class CrossOpsConfig:
-    # MirroredStrategy's cross_device_ops: auto, nccl, hierarchical, reduction_to_one_device.
-    name: str = "auto"
-    # nccl and hierarchical: gradients are packed into this many tensors before all-reduce.
-    num_packs: int = 1
-    # reduction_to_one_device: the device that reduces ("" lets TensorFlow choose).
-    reduce_to_device: str = ""
+class TpuStrategy(StrategyBase):
+    name: str = "tpu"
+    # The TPU name or grpc:// address handed to TPUClusterResolver; "local" for a TPU VM's
+    # own chips.
+    tpu: str = "local"
+
+
+# ---- cross_ops: MirroredStrategy's cross-device reduction --------------------------------------
+
+@dataclass
+class CrossOpsBase:
+    # Fixed by each option: choose another with cross_ops=NAME.
+    name: str = MISSING
 
 
 @dataclass
-class CommunicationConfig:
-    # MultiWorkerMirroredStrategy's collective implementation: auto, ring, nccl.
+class AutoCrossOps(CrossOpsBase):
     name: str = "auto"
+
+
+@dataclass
+class PackedCrossOps(CrossOpsBase):
+    # Gradients are packed into this many tensors before the all-reduce.
+    num_packs: int = 1
+
+
+@dataclass
+class NcclCrossOps(PackedCrossOps):
+    name: str = "nccl"
+
+
+@dataclass
+class HierarchicalCrossOps(PackedCrossOps):
+    name: str = "hierarchical"
+
+
+@dataclass
+class ReductionToOneDeviceCrossOps(CrossOpsBase):
+    name: str = "reduction_to_one_device"
+    # The device that reduces ("": TensorFlow chooses).
+    reduce_to_device: str = ""
+
+
+# ---- communication: MultiWorkerMirroredStrategy's collectives ----------------------------------
+
+@dataclass
+class CommunicationBase:
+    # Fixed by each option: choose another with communication=NAME.
+    name: str = MISSING
     # Give up on a collective after this many seconds (null: wait forever).
     timeout_seconds: Optional[float] = None
 
 
 @dataclass
-class ClusterConfig:
-    # Where the task processes run: local (one process), localhost (a real multi-process
-    # cluster on 127.0.0.1), tf_config (this process is the task TF_CONFIG names),
-    # slurm (SlurmClusterResolver).
+class AutoCommunication(CommunicationBase):
+    name: str = "auto"
+
+
+@dataclass
+class RingCommunication(CommunicationBase):
+    name: str = "ring"
+
+
+@dataclass
+class NcclCommunication(CommunicationBase):
+    name: str = "nccl"
+
+
+# ---- cluster: where the task processes run -----------------------------------------------------
+
+@dataclass
+class ClusterBase:
+    # Fixed by each option: choose another with cluster=NAME.
+    name: str = MISSING
+
+
+@dataclass
+class LocalCluster(ClusterBase):
     name: str = "local"
-    # cluster=localhost: number of worker processes.
-    workers: int = 1
-    # cluster=localhost with strategy=parameter_server: number of parameter servers.
+
+
+@dataclass
+class LocalhostCluster(ClusterBase):
+    name: str = "localhost"
+    # Number of worker processes.
+    workers: int = 2
+    # Number of parameter-server processes (strategy=parameter_server only).
     ps: int = 0
-    # cluster=localhost: restart the whole cluster this many times after a task dies;
-    # training resumes from the last completed epoch.
+    # Restart the whole cluster this many times after a task dies; training resumes from
+    # the last completed epoch.
     max_restarts: int = 0
     # Seconds to wait for every task to start before giving up.
     start_timeout_s: float = 120.0
 
 
 @dataclass
-class ModelConfig:
-    # linear, mlp, cnn or custom. Set by the option file.
-    name: str = "linear"
-    # model=custom: dotted path of a callable returning a Keras model; it is called with
-    # input_shape, num_outputs and the entries of `kwargs`.
-    _target_: str = ""
-    # model=custom: extra keyword arguments for the callable.
-    kwargs: Dict[str, Any] = field(default_factory=dict)
-    # mlp: sizes of the hidden Dense layers.
-    hidden_units: List[int] = field(default_factory=lambda: [64, 64])
-    # cnn: filters of each Conv2D block.
-    filters: List[int] = field(default_factory=lambda: [32, 64])
+class TfConfigCluster(ClusterBase):
+    name: str = "tf_config"
+
+
+@dataclass
+class SlurmCluster(ClusterBase):
+    name: str = "slurm"
+    # strategy=parameter_server: SLURM tasks after the chief that are parameter servers.
+    ps: int = 0
+
+
+# ---- model ---------------------------------------------------------------------------------
+
+@dataclass
+class ModelBase:
+    # Fixed by each option, and what the code dispatches on: choose another with model=NAME.
+    name: str = MISSING
+
+
+@dataclass
+class RegularizedModel(ModelBase):
     # L2 factor on Dense kernels (the guide's linear model uses 1e-4).
     l2: float = 1e-4
-    # mlp and cnn: dropout rate before the output layer (0 disables it).
+
+
+@dataclass
+class LinearModel(RegularizedModel):
+    name: str = "linear"
+
+
+@dataclass
+class DropoutModel(RegularizedModel):
+    # Dropout rate before the output layer (0 disables it).
     dropout: float = 0.0
 
 
 @dataclass
-class DatasetConfig:
-    # synthetic_regression, synthetic_images, digits, npz, mnist. Set by the option file.
-    name: str = "synthetic_regression"
+class MlpModel(DropoutModel):
+    name: str = "mlp"
+    # Sizes of the hidden Dense layers.
+    hidden_units: List[int] = field(default_factory=lambda: [64, 64])
+
+
+@dataclass
+class CnnModel(DropoutModel):
+    name: str = "cnn"
+    # Filters of each Conv2D block.
+    filters: List[int] = field(default_factory=lambda: [32, 64])
+
+
+@dataclass
+class CustomModel(ModelBase):
+    name: str = "custom"
+    # Dotted path of a function returning a Keras model, resolved with hydra.utils.get_method;
+    # it is called with input_shape, num_outputs and the entries of `kwargs`.
+    _target_: str = "xpdist.task.models.example_custom_model"
+    # Extra keyword arguments for the function (empty by default: the function's own
+    # defaults apply). Add one with +model.kwargs.NAME=VALUE.
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+
+
+# ---- dataset -------------------------------------------------------------------------------
+
+@dataclass
+class DatasetBase:
+    # Fixed by each option, and what the code dispatches on: choose another with dataset=NAME.
+    name: str = MISSING
     # Examples in each replica's batch; the global batch is this x the number of replicas.
-    per_replica_batch_size: int = 5
+    per_replica_batch_size: int = 32
     # Fraction of the examples held out for validation (0 disables validation).
     validation_split: float = 0.0
-    # Synthetic data sets: number of examples.
-    num_examples: int = 100
-    # synthetic_regression: features per example (the guide's example has 1).
-    num_features: int = 1
-    # synthetic_regression: Gaussian noise on the targets (0: the guide's ones-to-ones data).
-    noise: float = 0.0
-    # synthetic_images: image shape, height x width x channels.
-    image_shape: List[int] = field(default_factory=lambda: [32, 32, 3])
-    # synthetic_images: number of classes.
-    num_classes: int = 10
-    # npz: path of a .npz file holding arrays `x` and `y` (relative to the launch directory).
-    path: str = ""
-    # Shuffle buffer in examples. 0 (default): each pass is an exact seeded permutation of the
-    # whole training set, identical whatever the strategy or trainer; N > 0: tf.data's
-    # shuffle with an N-example buffer (less memory, order depends on TensorFlow's seeding).
+    # Shuffle buffer in examples. 0: each pass is an exact seeded permutation of the whole
+    # training set, identical whatever the strategy or trainer; N > 0: tf.data's shuffle
+    # with an N-example buffer (less memory, order depends on TensorFlow's seeding).
     shuffle_buffer: int = 0
 
 
 @dataclass
-class OptimizerConfig:
-    # sgd or adam. Set by the option file.
-    name: str = "sgd"
+class SyntheticRegressionDataset(DatasetBase):
+    name: str = "synthetic_regression"
+    per_replica_batch_size: int = 5
+    # Number of examples.
+    num_examples: int = 100
+    # Features per example (the guide's example has 1).
+    num_features: int = 1
+    # Gaussian noise on the inputs and targets (0: the guide's ones-to-ones data).
+    noise: float = 0.0
+
+
+@dataclass
+class SyntheticImagesDataset(DatasetBase):
+    name: str = "synthetic_images"
+    per_replica_batch_size: int = 64
+    # Number of examples.
+    num_examples: int = 2048
+    # Image shape, height x width x channels.
+    image_shape: List[int] = field(default_factory=lambda: [32, 32, 3])
+    # Number of classes.
+    num_classes: int = 10
+
+
+@dataclass
+class DigitsDataset(DatasetBase):
+    name: str = "digits"
+    validation_split: float = 0.2
+
+
+@dataclass
+class NpzDataset(DatasetBase):
+    name: str = "npz"
+    # Path of a .npz file holding arrays `x` and `y` (relative to the launch directory).
+    path: str = ""
+
+
+@dataclass
+class MnistDataset(DatasetBase):
+    name: str = "mnist"
+    per_replica_batch_size: int = 64
+    validation_split: float = 0.1
+
+
+# ---- optimizer -----------------------------------------------------------------------------
+
+@dataclass
+class OptimizerBase:
+    # Fixed by each option: choose another with optimizer=NAME.
+    name: str = MISSING
     # Base learning rate, before optimizer.lr_scaling.
     learning_rate: float = 0.01
-    # How the learning rate follows the global batch: none, linear, sqrt, table.
+    # How the learning rate follows the global batch: none, linear, sqrt or table.
     lr_scaling: LrScaling = LrScaling.none
     # lr_scaling=linear/sqrt: the batch size learning_rate was tuned for (null: the
     # per-replica batch size, so the rate scales with the number of replicas).
     reference_batch_size: Optional[int] = None
     # lr_scaling=table: global batch size -> learning rate.
     lr_table: Dict[int, float] = field(default_factory=dict)
-    # sgd: momentum.
+
+
+@dataclass
+class SgdOptimizer(OptimizerBase):
+    name: str = "sgd"
+    # Momentum.
     momentum: float = 0.0
 
 
 @dataclass
-class TrainerConfig:
-    # fit (Keras Model.fit) or ctl (custom training loop). Set by the option file.
-    name: str = "fit"
+class AdamOptimizer(OptimizerBase):
+    name: str = "adam"
+    learning_rate: float = 0.001
+
+
+# ---- trainer -------------------------------------------------------------------------------
+
+@dataclass
+class TrainerBase:
+    # Fixed by each option: choose another with trainer=NAME.
+    name: str = MISSING
     # Passes over the training data.
     epochs: int = 2
     # Steps per epoch (null: as many whole global batches as the training data holds).
     steps_per_epoch: Optional[int] = None
-    # trainer=fit: batches run inside one tf.function call (Keras' steps_per_execution);
-    # trainer=ctl: steps inside one tf.function call. null (auto): on one replica
-    # (strategy default or one_device) with a Dense-only model (linear, mlp), whose steps
-    # are mostly per-call overhead, the largest divisor of the steps per epoch up to 32;
-    # else 1 (measured on CPU: it made the guide's linear model about 3x faster and the cnn
-    # slower). Batch-level callbacks and trainer.log_every_n_steps then see one batch per
-    # execution.
+    # Training steps inside one tf.function call (Keras' steps_per_execution under fit).
+    # null (auto): on one replica (strategy default or one_device) with a Dense-only model
+    # (linear, mlp), whose steps are mostly per-call overhead, the largest divisor of the
+    # steps per epoch up to 32; else 1 (measured on CPU: it made the guide's linear model
+    # about 3x faster and the cnn slower). Batch-level callbacks and
+    # trainer.log_every_n_steps then see one batch per execution.
     steps_per_execution: Optional[int] = None
     # Compile the train step with XLA (slower than the default for small CPU models).
     jit_compile: bool = False
@@ -185,6 +376,18 @@ class TrainerConfig:
     # Print a progress bar.
     progress: bool = True
 
+
+@dataclass
+class FitTrainer(TrainerBase):
+    name: str = "fit"
+
+
+@dataclass
+class CtlTrainer(TrainerBase):
+    name: str = "ctl"
+
+
+# ---- keys outside the groups ---------------------------------------------------------------
 
 @dataclass
 class DevicesConfig:
@@ -207,14 +410,14 @@ class TrackingConfig:
 
 @dataclass
 class Config:
-    strategy: StrategyConfig = field(default_factory=StrategyConfig)
-    cross_ops: CrossOpsConfig = field(default_factory=CrossOpsConfig)
-    communication: CommunicationConfig = field(default_factory=CommunicationConfig)
-    cluster: ClusterConfig = field(default_factory=ClusterConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    dataset: DatasetConfig = field(default_factory=DatasetConfig)
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    strategy: StrategyBase = MISSING
+    cross_ops: CrossOpsBase = MISSING
+    communication: CommunicationBase = MISSING
+    cluster: ClusterBase = MISSING
+    model: ModelBase = MISSING
+    dataset: DatasetBase = MISSING
+    optimizer: OptimizerBase = MISSING
+    trainer: TrainerBase = MISSING
     devices: DevicesConfig = field(default_factory=DevicesConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     # Keras flavour: auto, keras3 or legacy (tf-keras).
@@ -225,14 +428,81 @@ class Config:
     verbose: bool = False
 
 
+def _by_name(*classes: type) -> Dict[str, type]:
+    return {cls.name: cls for cls in classes}
+
+
+# Every option of every config group, by group and name, in the order of conf/config.yaml.
+OPTIONS: Dict[str, Dict[str, type]] = {
+    "strategy": _by_name(DefaultStrategy, OneDeviceStrategy, MirroredStrategy, CentralStorageStrategy,
+                         MultiWorkerMirroredStrategy, ParameterServerStrategy, TpuStrategy),
+    "cross_ops": _by_name(AutoCrossOps, NcclCrossOps, HierarchicalCrossOps, ReductionToOneDeviceCrossOps),
+    "communication": _by_name(AutoCommunication, RingCommunication, NcclCommunication),
+    "cluster": _by_name(LocalCluster, LocalhostCluster, TfConfigCluster, SlurmCluster),
+    "model": _by_name(LinearModel, MlpModel, CnnModel, CustomModel),
+    "dataset": _by_name(SyntheticRegressionDataset, SyntheticImagesDataset, DigitsDataset, NpzDataset,
+                        MnistDataset),
+    "optimizer": _by_name(SgdOptimizer, AdamOptimizer),
+    "trainer": _by_name(FitTrainer, CtlTrainer),
+}
 # The config groups, in the order they appear in conf/config.yaml.
-GROUPS = ("strategy", "cross_ops", "communication", "cluster", "model", "dataset", "optimizer", "trainer")
+GROUPS = tuple(OPTIONS)
+# The prefix of the ConfigStore entry an option file extends: defaults: [base_<name>].
+SCHEMA_PREFIX = "base_"
 
 
 def register_configs() -> None:
-    """Registers the schema as `base_config` in Hydra's ConfigStore.
+    """Stores the schema in Hydra's ConfigStore: `base_config`, and `<group>/base_<name>` per option.
 
-    conf/config.yaml names it first in its defaults list, so every option file of every
-    group is merged onto a typed node: an unknown key or a wrong type fails at compose time.
+    conf/config.yaml names base_config first in its defaults list, and each option file
+    names its own base_<name>: every key of every option is typed, and a key the chosen
+    option does not have fails at compose time.
     """
-    ConfigStore.instance().store(name="base_config", node=Config)
+    store = ConfigStore.instance()
+    store.store(name="base_config", node=Config)
+    for group, options in OPTIONS.items():
+        for name, cls in options.items():
+            store.store(group=group, name=SCHEMA_PREFIX + name, node=cls)
+
+
+def fields_of(cls: type) -> List[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def check_keys(config: Mapping[str, Any]) -> None:
+    """Refuses keys that the schema of the chosen options does not know.
+
+    Hydra lets `+group.key=value` append a key to any node, even a typed one, and no code
+    would ever read it: a misspelled `+trainer.epoch=3` would be silently ignored. A key
+    that is missing means `<group>.name` was overridden with another option's name.
+
+    Args:
+        config: the composed config as plain data, without the hydra node.
+
+    Raises:
+        ConfigError: naming the first unknown key.
+    """
+    _refuse_unknown(config, Config, "", "the config")
+    for key, cls in (("devices", DevicesConfig), ("tracking", TrackingConfig)):
+        _refuse_unknown(config[key], cls, f"{key}.", key)
+    for group, options in OPTIONS.items():
+        name = config[group].get("name")
+        if name not in options:
+            raise ConfigError(f"{group}.name", name, f"{group}.name is fixed by each {group} option",
+                              f"Choose one of {group}={', '.join(options)}.")
+        _refuse_unknown(config[group], options[name], f"{group}.", f"{group}={name}")
+        if set(config[group]) != set(fields_of(options[name])):
+            raise ConfigError(f"{group}.name", name, f"{group}.name is fixed by each {group} option",
+                              f"Choose the option instead: {group}={name}.")
+
+
+def _refuse_unknown(node: Mapping[str, Any], cls: type, prefix: str, owner: str) -> None:
+    known = fields_of(cls)
+    for key, value in node.items():
+        if key not in known:
+            full = f"{prefix}{key}"
+            while isinstance(value, Mapping) and len(value) == 1:  # +a.b=1 appended {'b': 1} at a
+                inner, value = next(iter(value.items()))
+                full += f".{inner}"
+            raise ConfigError(full, value, f"{owner} has no key '{key}', so nothing would read it",
+                              f"Drop it; the keys of {owner} are: {', '.join(known)} (docs/configuration.md).")

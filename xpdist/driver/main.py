@@ -19,7 +19,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from xpdist.core.schema import register_configs
-from xpdist.driver import job, sweep
+from xpdist.driver import config_errors, job, sweep
 from xpdist.driver.launchers import process
 from xpdist.tracking import store
 
@@ -80,6 +80,12 @@ def _uri(cfg: DictConfig, ctx: job.JobContext) -> str:
 
 def cli() -> None:
     register_configs()
+    # Hydra prints its compose errors over several lines and exits 1; told to raise them
+    # (HYDRA_FULL_ERROR, which only Hydra reads), it lets them reach the handler below, which
+    # prints one line and exits 2 like every bad config. A user's own HYDRA_FULL_ERROR=1
+    # still gets Hydra's full traceback.
+    full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ["HYDRA_FULL_ERROR"] = "1"
     code = None
     try:
         # SIGINT/SIGTERM anywhere (not only while a task runs) closes an open sweep as KILLED.
@@ -89,6 +95,11 @@ def cli() -> None:
         sweep.abort(f"interrupted by {err}")
         print(f"xpdist: interrupted by {err}", file=sys.stderr)
         code = 130
+    except config_errors.COMPOSE_ERRORS as err:
+        if full_error:
+            raise
+        print(f"xpdist: error: {config_errors.one_line(err)}", file=sys.stderr)
+        code = 2
     finally:
         sweep.abort("stopped before its end", "FAILED")  # Hydra stopped the sweep (a job raised)
     _exit_now(max(_State.exit_code, sweep.exit_code()) if code is None else code)

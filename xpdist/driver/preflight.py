@@ -6,6 +6,7 @@ config leaves nothing behind.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from xpdist.core import plan as planning
+from xpdist.core import schema
 from xpdist.core.clusterenv import check_tf_config, slurm_tasks
 from xpdist.core.errors import ConfigError
 
@@ -31,12 +33,14 @@ def check(cfg, launch_dir: Path) -> planning.Plan:
     Raises:
         ConfigError: the first problem found.
     """
+    schema.check_keys(cfg)
     _check_strategy_options(cfg)
     _check_cluster(cfg)
     _check_devices(cfg)
     _check_numbers(cfg)
     _check_dataset_source(cfg, launch_dir)
     _check_model_fits_data(cfg, launch_dir)
+    _check_model_target(cfg)
     plan = planning.make_plan(cfg, launch_dir)
     _check_sizes(cfg, plan)
     return plan
@@ -150,7 +154,7 @@ def _check_devices(cfg) -> None:
         raise ConfigError("devices.logical_cpus", cfg.devices.logical_cpus, "must be 1 or more",
                           "Set it to the number of CPU replicas wanted.")
     gpus = planning.gpu_count()
-    for name in cfg.strategy.devices:
+    for name in cfg.strategy.get("devices", []):
         parsed = planning.parse_device(name)
         kind, index = parsed if parsed else (None, None)
         limit = {"cpu": cfg.devices.logical_cpus, "gpu": gpus}.get(kind, 0)
@@ -222,6 +226,25 @@ def _check_model_fits_data(cfg, launch_dir: Path) -> None:
     raise ConfigError("model", "cnn", f"a conv net needs images (height x width [x channels]); "
                       f"dataset={cfg.dataset.name} has {shape}",
                       f"Use model=mlp or model=linear, or an image data set ({', '.join(IMAGE_DATASETS)}, npz).")
+
+
+def _check_model_target(cfg) -> None:
+    """model._target_ must name an importable module before a run is created for it.
+
+    The task resolves it with hydra.utils.get_method. Here the module is only looked up, not
+    imported: a user's model module usually imports TensorFlow, which the driver never does.
+    So the top-level package is found with importlib.util.find_spec, which executes no code;
+    a misspelled function name still fails in the task, with get_method's message.
+    """
+    if cfg.model.name != "custom":
+        return
+    target = cfg.model._target_
+    top = target.split(".")[0]
+    fix = "Give module.function of a function that returns a Keras model, with its package installed or on PYTHONPATH."
+    if "." not in target or not top:
+        raise ConfigError("model._target_", target or '""', "it is not a dotted path (module.function)", fix)
+    if importlib.util.find_spec(top) is None:
+        raise ConfigError("model._target_", target, f"no module '{top}' can be imported here", fix)
 
 
 def _check_sizes(cfg, plan: planning.Plan) -> None:

@@ -1,4 +1,4 @@
-"""The params a run records: the summary every run carries, and the options it used."""
+"""The params a run records: the summary every run carries, and the keys of the options it used."""
 
 from __future__ import annotations
 
@@ -10,6 +10,12 @@ from xpdist.core.plan import Plan, tf_version
 SUMMARY_PARAMS = ("strategy", "cross_ops", "communication", "cluster", "model", "dataset", "trainer", "keras",
                   "num_replicas", "global_batch_size", "per_replica_batch_size", "learning_rate", "devices",
                   "steps_per_execution", "tf_version")
+# Groups whose option counts only under one strategy: cross_ops tunes MirroredStrategy,
+# communication MultiWorkerMirroredStrategy.
+ONLY_UNDER = {"cross_ops": "mirrored", "communication": "multi_worker_mirrored"}
+# Keys that say where and how the run is recorded, not what was trained.
+NOT_PARAMS = ("tracking",)
+
 
 def flatten(tree: Dict[str, Any], prefix: str = "") -> Dict[str, str]:
     """{'a': {'b': 1}} -> {'a.b': '1'}; lists become their string form."""
@@ -23,9 +29,33 @@ def flatten(tree: Dict[str, Any], prefix: str = "") -> Dict[str, str]:
     return flat
 
 
+def option_params(config: Dict[str, Any]) -> Dict[str, str]:
+    """The keys of the options a run used, as dotted keys.
+
+    The rule: every key of the chosen strategy, cluster, model, dataset, optimizer and
+    trainer options; the cross_ops option's keys only under strategy=mirrored and the
+    communication option's only under strategy=multi_worker_mirrored (elsewhere they
+    change nothing); `devices.*`, `seed` and `verbose`; never `tracking.*`. A group's
+    `name` is left out where a summary param of the same name carries it (`model`, not
+    `model.name`). The schema has one dataclass per option, so a linear model's run has
+    no `model.filters` to log, and a cluster option has keys only where it starts
+    processes (cluster=local has none).
+
+    Args:
+        config: the composed config as plain data (enums as names).
+    """
+    strategy = config["strategy"]["name"]
+    used = {k: v for k, v in config.items()
+            if k not in NOT_PARAMS and ONLY_UNDER.get(k, strategy) == strategy}
+    params = flatten(used)
+    for key in SUMMARY_PARAMS:
+        params.pop(f"{key}.name", None)
+    return params
+
+
 def run_params(config: Dict[str, Any], plan: Plan, extra: Optional[Dict[str, Any]] = None) -> Dict[str, str]:
-    """The whole resolved config as dotted keys, plus SUMMARY_PARAMS (which win on a clash)."""
-    params = flatten(config)
+    """option_params(config) plus SUMMARY_PARAMS (which win on a clash)."""
+    params = option_params(config)
     params.update({
         "strategy": plan.strategy, "cross_ops": plan.cross_ops, "communication": plan.communication,
         "cluster": plan.cluster, "model": config["model"]["name"], "dataset": config["dataset"]["name"],
