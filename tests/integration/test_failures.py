@@ -15,8 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 import psutil
 import pytest
 
-from conftest import TINY, Xpdist, xpdist_env
-from harness import closed_port, describe, run_many, store_template
+from tests.helpers import TINY, Xpdist, xpdist_env
+from tests.helpers import closed_port
+from tests.integration.harness import describe, run_many, store_template
 
 pytestmark = pytest.mark.slow
 

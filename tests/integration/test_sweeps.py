@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO, compose, xpdist_env
+from tests.helpers import REPO, compose, xpdist_env
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
-from conftest import REPO, compose
+from tests.helpers import REPO, compose
 from xpdist.core.schema import GROUPS
 
 CONF = REPO / "conf"

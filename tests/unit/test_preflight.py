@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from unit_helpers import closed_port, no_gpus, plain  # noqa: F401  (no_gpus: autouse fixture)
+from tests.helpers import closed_port
+from tests.unit.unit_helpers import no_gpus, plain  # noqa: F401  (no_gpus: autouse fixture)
 from xpdist.driver import preflight
 from xpdist.core.errors import ConfigError
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, compose
+from tests.helpers import REPO, compose
 
 RECIPES = sorted(p.relative_to(REPO / "recipes").with_suffix("").as_posix()
                  for p in (REPO / "recipes").rglob("*.yaml"))

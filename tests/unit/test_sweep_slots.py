@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 
-from tests.conftest import xpdist_env
+from tests.helpers import xpdist_env
 
 HOLD = """
 import sys, time
