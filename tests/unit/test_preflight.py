@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -173,6 +172,3 @@ def test_cnn_on_npz_follows_the_array_shape(tmp_path):
     preflight.check(plain("model=cnn", "dataset=npz", "dataset.path=images.npz", "dataset.per_replica_batch_size=8"),
                     tmp_path)
 
-
-def test_preflight_does_not_import_tensorflow():
-    assert "tensorflow" not in sys.modules
