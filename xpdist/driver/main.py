@@ -6,7 +6,6 @@ task process(es); it never imports TensorFlow.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -40,8 +39,7 @@ def main(cfg: DictConfig) -> job.JobResult:
     if multirun:
         sweep.join(ctx, hc)
     try:
-        with sweep.slot(hc) if multirun else contextlib.nullcontext():
-            result = job.run(cfg, ctx)
+        result = job.run(cfg, ctx)
     except process.Interrupted as err:
         if multirun:
             sweep.interrupted(ctx, str(err))
