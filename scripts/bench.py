@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a clone without an install
 from xpdist.core.jobdir import JobDir, JobSpec, MetricFile, TaskResult, read_metrics  # noqa: E402
+from xpdist.driver.launchers.localhost import free_ports  # noqa: E402  (portpicker, as the launcher)
 
 REPO = Path(__file__).resolve().parents[1]
 BASELINE = REPO / "scripts" / "bench_baseline.py"
@@ -144,16 +144,6 @@ class TreeSampler(threading.Thread):
                         pass
             self.peak = max(self.peak, total)
             self.done.wait(self.interval_s)
-
-
-def free_ports(n: int) -> List[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def run_processes(cmds: List[List[str]], envs: List[dict], cwd: Path, log: Path, timeout_s: float):

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -23,23 +22,20 @@ from pathlib import Path
 import psutil
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import REPO, closed_port
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 CHROMIUM = "/usr/bin/chromium"
-# Headless Chromium as root in a container (see FACTS.md); Playwright adds --headless itself.
+# Headless Chromium as root in a container: without --no-sandbox it refuses to start as root,
+# and the --disable-* flags keep it from reaching the network; a fresh --user-data-dir is
+# Playwright's own. Playwright adds --headless itself.
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync"]
 STRATEGIES = ("one_device", "mirrored", "central_storage")
 # The UI answers after 10-20 s on an idle machine; over a minute was seen on a busy one.
 UI_START_TIMEOUT_S = 240
 PAGE_TIMEOUT_MS = 120_000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_until_up(proc: subprocess.Popen, url: str, log: Path) -> None:
@@ -105,7 +101,9 @@ def finished_sweep(xpdist):
 def mlflow_ui(finished_sweep, tmp_path):
     """Serves the sweep's store with scripts/mlflow_ui.sh; yields its base URL; stops it after."""
     store, experiment_id, _ = finished_sweep
-    port = _free_port()
+    # portpicker's free port; if another process binds it first, the UI fails to start and
+    # _wait_until_up reports the server's log.
+    port = closed_port()
     log = tmp_path / "mlflow_ui.log"
     with log.open("w") as out:
         # Its own session, so the server and every worker it forks stop together.

@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import socket
 import subprocess
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +20,7 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 
-from conftest import Xpdist
+from tests.helpers import Xpdist
 
 JOBS = int(os.environ.get("XPDIST_TEST_JOBS", "2"))
 
@@ -117,9 +116,3 @@ def git_checkout(directory: Path) -> str:
     git("commit", "-q", "--allow-empty", "-m", "launch directory")
     return git("rev-parse", "HEAD")
 
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

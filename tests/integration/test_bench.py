@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, xpdist_env
+from tests.helpers import REPO, xpdist_env
 
 pytestmark = pytest.mark.slow
 

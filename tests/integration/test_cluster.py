@@ -20,7 +20,7 @@ from typing import List, Set
 import psutil
 import pytest
 
-from tests.conftest import TINY, Xpdist, xpdist_env
+from tests.helpers import TINY, Xpdist, xpdist_env
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir
 from xpdist.core.clusterenv import check_tf_config

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness import describe, run_many, store_template
+from tests.integration.harness import describe, run_many, store_template
 
 pytestmark = pytest.mark.slow
 

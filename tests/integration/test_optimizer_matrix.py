@@ -61,7 +61,7 @@ def _process_key(strategy: str, trainer: str) -> tuple:
 
 
 def _run_process(root: Path, cells: List[tuple]) -> Dict[str, dict]:
-    from conftest import xpdist_env
+    from tests.helpers import xpdist_env
 
     proc = subprocess.run([sys.executable, __file__, str(root), json.dumps([[_name(c), CELLS[c]] for c in cells])],
                           env=xpdist_env(), capture_output=True, text=True, timeout=300)
@@ -78,7 +78,7 @@ def _run_process(root: Path, cells: List[tuple]) -> Dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory) -> Dict[str, dict]:
-    from harness import JOBS
+    from tests.integration.harness import JOBS
 
     root = tmp_path_factory.mktemp("optimizer-matrix")
     processes: Dict[tuple, List[tuple]] = {}

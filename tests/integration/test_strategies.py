@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from harness import describe, git_checkout, run_many, store_template
+from tests.integration.harness import describe, git_checkout, run_many, store_template
 from xpdist.tracking.params import SUMMARY_PARAMS
 
 pytestmark = pytest.mark.slow

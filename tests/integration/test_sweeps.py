@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO, compose, xpdist_env
+from tests.helpers import REPO, compose, xpdist_env
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ RECIPES = sorted(p.relative_to(REPO / "recipes").with_suffix("").as_posix()
 # Per job: one epoch, no progress bar.
 TINY = ["trainer.epochs=1", "trainer.progress=false"]
 # Recipe sweeps: jobs in parallel, all of them at once, into one SQLite store.
-PARALLEL = ["hydra/launcher=local_parallel", "hydra.callbacks.sweep.max_parallel=0"]
+PARALLEL = ["hydra/launcher=local_parallel", "hydra.launcher.n_jobs=3"]
 
 
 def sweep_runs(xpdist):

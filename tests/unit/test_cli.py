@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import Xpdist
-from unit_helpers import closed_port
+from tests.helpers import Xpdist
+from tests.helpers import closed_port
 
 
 def assert_rejected(xpdist: Xpdist, proc, key: str) -> str:

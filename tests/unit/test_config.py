@@ -10,10 +10,10 @@ import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 
-from conftest import REPO, compose
+from tests.helpers import REPO, compose
+from tests.unit.unit_helpers import plain
 from xpdist.core.errors import ConfigError
 from xpdist.core.schema import GROUPS, OPTIONS, check_keys
-from unit_helpers import plain
 
 CONF = REPO / "conf"
 # Folders under conf/ that are not config groups of the primary config.

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from tests.helpers import REPO
 from xpdist.core import schema
 
 PAGE = (REPO / "docs" / "configuration.md").read_text()

@@ -11,7 +11,7 @@ import pytest
 from hydra.utils import get_method
 from omegaconf import OmegaConf
 
-from unit_helpers import plain
+from tests.unit.unit_helpers import plain
 from xpdist.core.plan import make_plan
 from xpdist.task import models
 from xpdist.tracking.params import SUMMARY_PARAMS, run_params
@@ -58,9 +58,9 @@ def test_communication_and_cluster_keys_for_a_multi_worker_cluster():
 
 def test_custom_model_gets_only_the_kwargs_given(tmp_path):
     """model._target_ of a user's own function: no kwargs of the example leak into the call."""
-    seen = models.custom(None, plain("model=custom", "model._target_=unit_helpers.recording_model"), (4,), 3)
+    seen = models.custom(None, plain("model=custom", "model._target_=tests.unit.unit_helpers.recording_model"), (4,), 3)
     assert seen == {"input_shape": (4,), "num_outputs": 3}
-    seen = models.custom(None, plain("model=custom", "model._target_=unit_helpers.recording_model",
+    seen = models.custom(None, plain("model=custom", "model._target_=tests.unit.unit_helpers.recording_model",
                                      "+model.kwargs.units=8"), (4,), 3)
     assert seen == {"input_shape": (4,), "num_outputs": 3, "units": 8}
     assert get_method(plain("model=custom").model._target_) is models.example_custom_model

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from unit_helpers import no_gpus, plain  # noqa: F401  (no_gpus: autouse fixture)
+from tests.unit.unit_helpers import no_gpus, plain  # noqa: F401  (no_gpus: autouse fixture)
 from xpdist.core import plan as planning
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir, JobSpec, MetricFile, TaskResult, read_metrics

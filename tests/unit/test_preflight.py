@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from unit_helpers import closed_port, no_gpus, plain  # noqa: F401  (no_gpus: autouse fixture)
+from tests.helpers import closed_port
+from tests.unit.unit_helpers import no_gpus, plain  # noqa: F401  (no_gpus: autouse fixture)
 from xpdist.driver import preflight
 from xpdist.core.errors import ConfigError
 
@@ -172,6 +172,3 @@ def test_cnn_on_npz_follows_the_array_shape(tmp_path):
     preflight.check(plain("model=cnn", "dataset=npz", "dataset.path=images.npz", "dataset.per_replica_batch_size=8"),
                     tmp_path)
 
-
-def test_preflight_does_not_import_tensorflow():
-    assert "tensorflow" not in sys.modules

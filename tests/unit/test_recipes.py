@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, compose
+from tests.helpers import REPO, compose
 
 RECIPES = sorted(p.relative_to(REPO / "recipes").with_suffix("").as_posix()
                  for p in (REPO / "recipes").rglob("*.yaml"))
@@ -42,7 +42,7 @@ def test_strategy_sweep_covers_every_single_process_strategy():
     assert strategies == single_process
 
 
-@pytest.mark.parametrize("launcher, target", [("local_parallel", "LocalLauncher"), ("slurm", "SlurmLauncher"),
+@pytest.mark.parametrize("launcher, target", [("local_parallel", "JoblibLauncher"), ("slurm", "SlurmLauncher"),
                                               ("submitit_slurm", "SlurmLauncher")])
 def test_launcher_presets_compose(launcher, target):
     cfg = compose([f"hydra/launcher={launcher}"])

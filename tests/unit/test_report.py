@@ -4,7 +4,6 @@ slow, against the runs of a real sweep."""
 from __future__ import annotations
 
 import csv
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from xpdist.tracking import store as tracking
 from xpdist.report import build, main
 from xpdist.report.runs import add_labels, report_row
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import REPO, closed_port, xpdist_env
 PLOTS = {"loss.png", "examples_per_sec.png", "scaling_efficiency.png"}
 # Per-epoch metrics of the sweep's children: (strategy, replicas, loss, val_loss, examples/sec).
 # central_storage also logs steady_examples_per_sec (as xpdist's runner does), which the report prefers.
@@ -153,12 +152,6 @@ def test_labels_tell_apart_runs_of_the_same_name():
     assert [r["label"] for r in rows] == ["0-a (aaaaaaaa)", "0-a (bbbbbbbb)", "1-b"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("args, argument", [
     (["--experiment", "nope"], "--experiment: no experiment named 'nope'. Known: "),
     (["--runs", "0123456789abcdef"], "--runs: no run with id '0123456789abcdef'"),
@@ -169,7 +162,7 @@ def _free_port() -> int:
 def test_bad_input_is_one_line_naming_the_argument(store, tmp_path, capsys, monkeypatch, args, argument):
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     child = store["children"][0]
-    args = [a.replace("CHILD", child).replace("PORT", str(_free_port())) for a in args]
+    args = [a.replace("CHILD", child).replace("PORT", str(closed_port())) for a in args]
     argument = argument.replace("CHILD", child)
     if "--tracking-uri" not in args:
         args += ["--tracking-uri", store["uri"]]
@@ -220,6 +213,5 @@ def test_report_on_a_real_sweep(xpdist):
 
 
 def _env() -> dict:
-    from conftest import xpdist_env
 
     return xpdist_env()

@@ -1,8 +1,7 @@
-"""Helpers for the unit tests: plain configs as job.run sees them, a closed port, no GPUs."""
+"""Helpers for the unit tests: plain configs as job.run sees them, no GPUs."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -26,12 +25,6 @@ def plain(*overrides: str):
         cfg = hydra_compose(config_name="config", overrides=list(overrides))
     return OmegaConf.create(plain_config(cfg))
 
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,6 @@ task process(es); it never imports TensorFlow.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -40,8 +39,7 @@ def main(cfg: DictConfig) -> job.JobResult:
     if multirun:
         sweep.join(ctx, hc)
     try:
-        with sweep.slot(hc) if multirun else contextlib.nullcontext():
-            result = job.run(cfg, ctx)
+        result = job.run(cfg, ctx)
     except process.Interrupted as err:
         if multirun:
             sweep.interrupted(ctx, str(err))
@@ -109,7 +107,12 @@ def _exit_now(code: int) -> None:
     """Exits without the interpreter's teardown of MLflow's module graph (about 2 s here).
 
     Every run is closed and every log written by now; logging.shutdown flushes Hydra's log file.
+    The joblib launcher's worker processes (hydra/launcher=local_parallel) are stopped first:
+    they would otherwise idle on for minutes, holding the caller's stdout open.
     """
+    loky = sys.modules.get("joblib.externals.loky")
+    if loky is not None:
+        loky.get_reusable_executor().shutdown(wait=True, kill_workers=True)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

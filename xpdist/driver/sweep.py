@@ -10,15 +10,11 @@ that run jobs in other processes or on other machines.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-import os
-import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
@@ -52,44 +48,6 @@ def join(ctx, hc) -> None:
     if info:
         ctx.parent_run_id = info["parent_run_id"]
         ctx.tracking_uri = info["tracking_uri"]
-
-
-@contextlib.contextmanager
-def slot(hc) -> Iterator[None]:
-    """Holds one of the sweep's max_parallel slots while a job runs.
-
-    Parallel launchers (submitit_local) start every job at once; a job on the machine that
-    started the sweep waits here for a free slot. Slots are flock()ed files in the sweep
-    directory, so a job that dies frees its slot. Jobs on other machines (SLURM) are
-    limited by their scheduler instead (hydra.launcher.array_parallelism).
-    """
-    sweep_dir = Path(hc.sweep.dir)
-    info = _read(sweep_dir) or {}
-    limit = info.get("max_parallel") or 0
-    if limit <= 0 or info.get("host") != socket.gethostname():
-        yield
-        return
-    folder = sweep_dir / ".slots"
-    folder.mkdir(exist_ok=True)
-    waiting_said = False
-    while True:
-        for index in range(limit):
-            handle = open(folder / str(index), "w")
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.close()
-                continue
-            try:
-                yield
-            finally:
-                handle.close()  # releases the lock
-            return
-        if not waiting_said:
-            print(f"xpdist: job {hc.job.num} waits for one of {limit} slots (hydra.callbacks.sweep.max_parallel)",
-                  file=sys.stderr, flush=True)
-            waiting_said = True
-        time.sleep(0.5)
 
 
 def _close_open_runs(info: Dict[str, Any], why: str, status: str = "KILLED") -> None:
@@ -137,14 +95,9 @@ def swept_overrides(config: DictConfig) -> List[str]:
 class SweepCallback(Callback):
     """Creates the sweep's parent run before the jobs and reports and closes it after them.
 
-    Args:
-        max_parallel: jobs that train at the same time on the machine that started the
-            sweep, under a parallel launcher (submitit_local). null: one per CPU core;
-            0: no limit. The basic launcher runs one job at a time anyway.
+    How many jobs run at once is the launcher's business (hydra/launcher=local_parallel:
+    hydra.launcher.n_jobs; slurm: hydra.launcher.array_parallelism).
     """
-
-    def __init__(self, max_parallel: Optional[int] = None):
-        self.max_parallel = (os.cpu_count() or 1) if max_parallel is None else int(max_parallel)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         hc = config.hydra
@@ -158,8 +111,7 @@ class SweepCallback(Callback):
         tags.update({f"sweep.{item.split('=', 1)[0].lstrip('+~')}": item.split("=", 1)[-1] for item in overrides})
         # Created here, once: parallel jobs that create the store or experiment race.
         run_id = store.create_run(uri, config.tracking.experiment, name.strip(), {}, tags)
-        info = {"parent_run_id": run_id, "tracking_uri": uri, "experiment": config.tracking.experiment,
-                "host": socket.gethostname(), "max_parallel": self.max_parallel}
+        info = {"parent_run_id": run_id, "tracking_uri": uri, "experiment": config.tracking.experiment}
         (sweep_dir / SWEEP_FILE).write_text(json.dumps(info, indent=2))
         _State.open_sweep = info
         print(f"xpdist: sweep parent run {run_id} ({name.strip()})", flush=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from xpdist.tracking import store
+from xpdist.report import plots, tables
 from xpdist.report.runs import ReportError, compare_url, open_store, read_rows, select_runs
 
 ARTIFACT_PATH = "report"
@@ -40,8 +41,6 @@ def build(uri: str, out_dir: Path, experiment: Optional[str] = None, sweep: Opti
     Raises:
         ReportError: bad input, naming the command-line argument at fault.
     """
-    from xpdist.report import plots, tables
-
     mlflow_client = open_store(uri)
     runs, parent, title = select_runs(mlflow_client, experiment, sweep, run_ids)
     if not runs:

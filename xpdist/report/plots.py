@@ -11,6 +11,8 @@ _LOSS_LABELS = {"loss": "training loss", "val_loss": "validation loss"}
 
 
 def _pyplot():
+    # Imported here, not at the top: matplotlib costs about a second, and a report that fails
+    # on its arguments, or a sweep with no chart, never needs it.
     import matplotlib
 
     matplotlib.use("Agg")  # headless: CI and SSH sessions have no display

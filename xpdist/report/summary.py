@@ -139,7 +139,7 @@ def write_markdown(table_rows: Sequence[Dict[str, Any]], path: Path, title: str,
 
 def plot_examples_per_sec(table_rows: Sequence[Dict[str, Any]], path: Path, title: str) -> Path:
     """A bar chart of examples/sec per run (a run with no figure, e.g. FAILED, shows no bar)."""
-    import matplotlib
+    import matplotlib  # here, not at the top: only a finished sweep draws, and it costs ~1 s
 
     matplotlib.use("Agg")  # no display; safe in any process
     from matplotlib import pyplot as plt

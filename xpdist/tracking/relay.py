@@ -1,4 +1,7 @@
-"""The metric relay: the task's metric file, logged into the MLflow run as it grows."""
+"""The metric relay: the task's metric file, logged into the MLflow run as it grows.
+
+MLflow is imported where used, as in store.py, to keep the driver's start-up short.
+"""
 
 from __future__ import annotations
 

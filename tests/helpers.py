@@ -1,0 +1,73 @@
+"""Helpers shared by every test tier: run the real CLI in a subprocess against a temporary
+MLflow store, compose the real config, pick a port.
+
+Imported one way only, as `tests.helpers` (tests/ is a package); conftest.py holds fixtures.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Sequence
+
+import portpicker
+
+REPO = Path(__file__).resolve().parents[1]
+# Small enough to train in seconds on 2 CPU cores.
+TINY = ["trainer.epochs=2", "trainer.progress=false"]
+
+
+def xpdist_env(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop("TF_CONFIG", None)
+    env.update(extra or {})
+    return env
+
+
+class Xpdist:
+    """Runs `python -m xpdist` in a working directory of its own; its store is <dir>/mlflow.db."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        self.uri = f"sqlite:///{workdir / 'mlflow.db'}"
+
+    def run(self, *overrides: str, multirun: bool = False, timeout: float = 300, env: dict | None = None,
+            tiny: bool = True) -> subprocess.CompletedProcess:
+        cmd: List[str] = [sys.executable, "-m", "xpdist"] + (["-m"] if multirun else [])
+        cmd += (TINY if tiny else []) + list(overrides)
+        return subprocess.run(cmd, cwd=self.workdir, env=xpdist_env(env), capture_output=True, text=True,
+                              timeout=timeout)
+
+    def client(self):
+        from mlflow.tracking import MlflowClient
+
+        return MlflowClient(tracking_uri=self.uri)
+
+    def runs(self, experiment: str = "xpdist") -> list:
+        client = self.client()
+        exp = client.get_experiment_by_name(experiment)
+        return [] if exp is None else client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
+
+
+def compose(overrides: Sequence[str] = (), config_name: str = "config"):
+    """Composes the real config (no TensorFlow, no subprocess)."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    from xpdist.core.schema import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return hydra_compose(config_name=config_name, overrides=list(overrides), return_hydra_config=True)
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on: portpicker's pick (bound, then released).
+
+    Another process could take it before the test connects; the tests using it expect a
+    refused connection, and a port picked from portpicker's range is rarely reused at once.
+    """
+    return portpicker.pick_unused_port()
