@@ -12,8 +12,8 @@ from typing import Dict
 
 from xpdist.task.data import replica_batches_fn
 from xpdist.task.models import loss_and_metrics
-from xpdist.task.train.common import (TrainContext, build_optimizer, checkpoint_manager, final_metrics, record_epoch,
-                                      restore_latest)
+from xpdist.task.train.common import (TrainContext, build_optimizer, checkpoint_manager, final_metrics, keep_iterators,
+                                      record_epoch, restore_latest)
 
 
 class _Loop:
@@ -80,8 +80,8 @@ def train(ctx: TrainContext) -> Dict[str, float]:
     build_optimizer(ctx)  # before the step is traced: see build_optimizer
     loop = _Loop(ctx)
     steps = plan.steps_per_epoch
-    dataset = ctx.strategy.distribute_datasets_from_function(
-        replica_batches_fn(tf, arrays.x_train, arrays.y_train, cfg, plan, training=True))
+    dataset = keep_iterators(ctx, ctx.strategy.distribute_datasets_from_function(
+        replica_batches_fn(tf, arrays.x_train, arrays.y_train, cfg, plan, training=True)))
     val_dataset = None
     if plan.validation_steps:
         val_dataset = ctx.strategy.distribute_datasets_from_function(

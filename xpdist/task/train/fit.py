@@ -7,7 +7,7 @@ from typing import Dict
 
 from xpdist.task.data import global_batches, worker_batches
 from xpdist.task.models import loss_and_metrics
-from xpdist.task.train.common import TrainContext, checkpoint_manager, final_metrics, record_epoch
+from xpdist.task.train.common import TrainContext, checkpoint_manager, final_metrics, keep_iterators, record_epoch
 
 
 def _callbacks(ctx: TrainContext):
@@ -97,6 +97,10 @@ def train(ctx: TrainContext) -> Dict[str, float]:
         # worker builds its own pipeline (the coordinator makes per-worker datasets of it).
         train_ds = ctx.keras.utils.experimental.DatasetCreator(
             lambda _context: worker_batches(tf, arrays.x_train, arrays.y_train, cfg, plan))
+    elif plan.strategy in ("one_device", "mirrored", "central_storage"):
+        # Distributed here (as Model.fit would) so that its iterator outlives fit: see keep_iterators.
+        # Multi-worker strategies are left to Model.fit (tf-keras there, with its own sharding).
+        train_ds = keep_iterators(ctx, ctx.strategy.experimental_distribute_dataset(train_ds))
     val_ds = None
     if plan.validation_steps:
         val_ds = global_batches(tf, arrays.x_val, arrays.y_val, cfg, plan, training=False)
