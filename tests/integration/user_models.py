@@ -21,3 +21,17 @@ def reshape_error(input_shape, num_outputs, units=16):
 
     return keras.Sequential([keras.Input(shape=tuple(input_shape)), keras.layers.Flatten(), BadReshape(),
                              keras.layers.Dense(num_outputs)])
+
+
+def imports_keras(input_shape, num_outputs, units=16):
+    """Written with `import keras` (Keras 3), as the Keras guides do."""
+    import keras
+
+    return keras.Sequential([keras.Input(shape=tuple(input_shape)), keras.layers.Dense(units, activation="relu"),
+                             keras.layers.Dense(num_outputs)])
+
+
+def takes_keras(input_shape, num_outputs, keras, units=16):
+    """The documented way: build with the Keras module the run hands over."""
+    return keras.Sequential([keras.Input(shape=tuple(input_shape)), keras.layers.Dense(units, activation="relu"),
+                             keras.layers.Dense(num_outputs)])
