@@ -146,6 +146,37 @@ def test_report_row_without_history_uses_the_last_epoch(store):
     assert row["parent_run_id"] == store["parent"]
 
 
+def test_the_table_shows_the_params_that_differ_between_the_runs(tmp_path):
+    """Runs logged with the params xpdist logs for real configs that differ in model, dataset,
+    optimizer and learning rate: the table names those, and not what its columns already show."""
+    from omegaconf import OmegaConf
+
+    from unit_helpers import plain
+    from xpdist.core.plan import make_plan
+    from xpdist.tracking.params import run_params
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = tracking.client(uri)
+    experiment_id = tracking.ensure_experiment(client, "xpdist", uri)
+    configs = {"linear": [], "cnn": ["model=cnn", "dataset=digits", "strategy=mirrored", "devices.logical_cpus=2"],
+               "adam": ["optimizer=adam", "optimizer.learning_rate=0.003"]}
+    for name, overrides in configs.items():
+        cfg = plain(*overrides)
+        params = run_params(OmegaConf.to_container(cfg), make_plan(cfg, tmp_path))
+        tracking.create_run(uri, "xpdist", name, params, {})
+    build(uri, tmp_path / "out", experiment="xpdist")
+
+    differs = {r["run_name"]: r["differs"] for r in _csv(tmp_path / "out" / "report.csv")}
+    assert differs == {
+        "linear": "dataset=synthetic_regression devices.logical_cpus=1 learning_rate=0.01 model=linear optimizer=sgd",
+        "cnn": "dataset=digits devices.logical_cpus=2 learning_rate=0.01 model=cnn optimizer=sgd",
+        "adam": "dataset=synthetic_regression devices.logical_cpus=1 learning_rate=0.003 model=linear optimizer=adam"}
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "| run | params that differ | strategy |" in markdown
+    assert "| cnn | dataset=digits devices.logical_cpus=2 learning_rate=0.01 model=cnn optimizer=sgd | mirrored |" \
+        in markdown
+
+
 def test_labels_tell_apart_runs_of_the_same_name():
     rows = [{"run_name": "0-a", "run_id": "aaaaaaaaaa"}, {"run_name": "0-a", "run_id": "bbbbbbbbbb"},
             {"run_name": "1-b", "run_id": "cc"}]
