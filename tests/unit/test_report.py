@@ -254,3 +254,17 @@ def _env() -> dict:
     from conftest import xpdist_env
 
     return xpdist_env()
+
+
+def test_runs_with_the_same_loss_curve_are_all_visible():
+    """mirrored and central_storage often log the same losses: each line must still show."""
+    from xpdist.report.plots import loss_figure
+
+    same = {"loss": [(1, 0.9), (2, 0.5)], "val_loss": [(1, 1.0), (2, 0.6)]}
+    rows = [{"label": name, "history": same} for name in ("one_device", "mirrored", "central_storage")]
+    fig = loss_figure(rows)
+    for ax in fig.axes[:2]:
+        lines = ax.get_lines()
+        assert [line.get_label() for line in lines] == ["one_device", "mirrored", "central_storage"]
+        assert len({line.get_marker() for line in lines}) == 3
+        assert all(line.get_markerfacecolor() == "none" for line in lines)  # hollow: one shape shows through another
