@@ -268,3 +268,11 @@ def test_runs_with_the_same_loss_curve_are_all_visible():
         assert [line.get_label() for line in lines] == ["one_device", "mirrored", "central_storage"]
         assert len({line.get_marker() for line in lines}) == 3
         assert all(line.get_markerfacecolor() == "none" for line in lines)  # hollow: one shape shows through another
+
+
+def test_report_md_gives_the_mlflow_ui_command_itself(store, tmp_path):
+    """scripts/ exists only in a clone of the repository; `mlflow ui` works wherever xpdist is installed."""
+    build(store["uri"], tmp_path, sweep=store["parent"], log_to_parent=False)
+    markdown = (tmp_path / "report.md").read_text()
+    assert "scripts/" not in markdown
+    assert f"`mlflow ui --host 127.0.0.1 --port 5000 --backend-store-uri {store['uri']}`" in markdown

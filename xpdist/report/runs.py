@@ -19,7 +19,7 @@ PARENT_TAG = "mlflow.parentRunId"
 BASELINE_STRATEGY = "one_device"
 # Metrics whose per-epoch history is read and plotted.
 HISTORY_METRICS = ("loss", "val_loss", "examples_per_sec")
-# Where scripts/mlflow_ui.sh serves the UI unless told otherwise.
+# Where store.ui_command's `mlflow ui` serves the UI.
 DEFAULT_UI = "http://127.0.0.1:5000"
 # metric name -> [(epoch, value)]
 History = Dict[str, List[Tuple[int, float]]]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
 from xpdist.report import summary
+from xpdist.tracking import store
 from xpdist.report.runs import BASELINE_STRATEGY
 
 # Row keys in report.csv, in order.
@@ -53,7 +54,9 @@ def write_markdown(rows: Sequence[Dict[str, Any]], path: Path, title: str, sourc
         parts += ["", "## Runs that did not finish", ""]
         parts += [f"- {r['label']} ({r['status']}): {r['error'] or 'no error recorded'}" for r in failed]
     if compare_url:
-        parts += ["", f"Compare them in the MLflow UI (`scripts/mlflow_ui.sh`): <{compare_url}>"]
+        server = source.startswith(("http://", "https://"))
+        start = "" if server else f"Start the MLflow UI: `{store.ui_command(source)}`; then "
+        parts += ["", f"{start}compare the runs there: <{compare_url}>"]
     if plots:
         parts += ["", "## Plots", ""]
         parts += [f"![{name}]({p.name})" for name, p in plots.items()]
