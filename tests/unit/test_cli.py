@@ -43,6 +43,13 @@ def test_unreachable_tracking_server(xpdist):
     assert uri in line and "does not answer" in line
 
 
+def test_file_store_is_refused_before_training(xpdist, tmp_path):
+    uri = (tmp_path / "mlruns").as_uri()
+    line = assert_rejected(xpdist, xpdist.run(f"tracking.uri={uri}", timeout=120), "tracking.uri")
+    assert "file store" in line and "sqlite:///" in line
+    assert not (xpdist.workdir / "outputs").exists() and not (tmp_path / "mlruns").exists()
+
+
 def test_unreachable_tracking_server_from_the_environment(xpdist):
     uri = f"http://127.0.0.1:{closed_port()}"
     proc = xpdist.run(timeout=120, env={"MLFLOW_TRACKING_URI": uri})

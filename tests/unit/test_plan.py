@@ -89,9 +89,20 @@ def test_learning_rate_table_without_the_global_batch(tmp_path):
     (["strategy=central_storage", "devices.logical_cpus=2", "trainer=ctl"], "central_storage-2r-ctl"),
     (["strategy=multi_worker_mirrored", "communication=ring"], "multi_worker_mirrored-ring-1r"),
     (["tracking.run_name=mine"], "mine"),
+    # What differs from the defaults: the runs of an hour that were all `default-1r` before.
+    (["model=custom"], "default-1r-custom"),
+    (["model=cnn", "dataset=digits"], "default-1r-cnn-digits"),
+    (["model=mlp", "optimizer=adam"], "default-1r-mlp-adam"),
+    (["strategy=mirrored", "devices.logical_cpus=2", "trainer=ctl", "model=cnn", "dataset=synthetic_images",
+      "optimizer=adam"], "mirrored-auto-2r-ctl-cnn-synthetic_images-adam"),
 ])
 def test_run_names(tmp_path, overrides, name):
     assert make(tmp_path, *overrides).run_name == name
+
+
+def test_run_names_leave_out_the_default_options():
+    cfg = plain()
+    assert {group: cfg[group].name for group in planning.DEFAULT_OPTIONS} == planning.DEFAULT_OPTIONS
 
 
 @pytest.mark.parametrize("overrides, keras", [

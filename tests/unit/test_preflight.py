@@ -122,9 +122,31 @@ def test_unreachable_tracking_server():
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("uri", ["sqlite:////tmp/x/mlflow.db", "file:///tmp/mlruns", "databricks"])
+@pytest.mark.parametrize("uri", ["sqlite:////tmp/x/mlflow.db", "postgresql+psycopg2://u@127.0.0.1:1/db",
+                                 "databricks"])
 def test_tracking_uris_that_are_not_servers_are_not_probed(uri):
-    preflight.check_tracking_server(uri)
+    preflight.check_tracking_uri(uri)
+
+
+@pytest.mark.parametrize("uri", ["file:///some/dir", "/some/dir", "./mlruns"])
+def test_a_file_store_is_refused_with_what_to_use(uri, monkeypatch):
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    with pytest.raises(ConfigError) as err:
+        preflight.check_tracking_uri(uri)
+    message = str(err.value)
+    assert err.value.key == "tracking.uri" and err.value.received == uri and "\n" not in message
+    assert "file store" in message and "sqlite:///" in message and "http://" in message
+
+
+def test_a_file_store_is_accepted_with_mlflows_own_opt_in(monkeypatch):
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    preflight.check_tracking_uri("file:///some/dir")
+
+
+def test_an_unknown_tracking_uri_scheme_is_refused():
+    with pytest.raises(ConfigError) as err:
+        preflight.check_tracking_uri("sqlit:///mlflow.db")
+    assert err.value.key == "tracking.uri" and "sqlit://" in str(err.value) and "sqlite:///" in str(err.value)
 
 
 @pytest.mark.parametrize("overrides, key", [

@@ -145,6 +145,37 @@ def test_report_row_without_history_uses_the_last_epoch(store):
     assert row["parent_run_id"] == store["parent"]
 
 
+def test_the_table_shows_the_params_that_differ_between_the_runs(tmp_path):
+    """Runs logged with the params xpdist logs for real configs that differ in model, dataset,
+    optimizer and learning rate: the table names those, and not what its columns already show."""
+    from omegaconf import OmegaConf
+
+    from tests.unit.unit_helpers import plain
+    from xpdist.core.plan import make_plan
+    from xpdist.tracking.params import run_params
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = tracking.client(uri)
+    experiment_id = tracking.ensure_experiment(client, "xpdist", uri)
+    configs = {"linear": [], "cnn": ["model=cnn", "dataset=digits", "strategy=mirrored", "devices.logical_cpus=2"],
+               "adam": ["optimizer=adam", "optimizer.learning_rate=0.003"]}
+    for name, overrides in configs.items():
+        cfg = plain(*overrides)
+        params = run_params(OmegaConf.to_container(cfg), make_plan(cfg, tmp_path))
+        tracking.create_run(uri, "xpdist", name, params, {})
+    build(uri, tmp_path / "out", experiment="xpdist")
+
+    differs = {r["run_name"]: r["differs"] for r in _csv(tmp_path / "out" / "report.csv")}
+    assert differs == {
+        "linear": "dataset=synthetic_regression devices.logical_cpus=1 learning_rate=0.01 model=linear optimizer=sgd",
+        "cnn": "dataset=digits devices.logical_cpus=2 learning_rate=0.01 model=cnn optimizer=sgd",
+        "adam": "dataset=synthetic_regression devices.logical_cpus=1 learning_rate=0.003 model=linear optimizer=adam"}
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "| run | params that differ | strategy |" in markdown
+    assert "| cnn | dataset=digits devices.logical_cpus=2 learning_rate=0.01 model=cnn optimizer=sgd | mirrored |" \
+        in markdown
+
+
 def test_labels_tell_apart_runs_of_the_same_name():
     rows = [{"run_name": "0-a", "run_id": "aaaaaaaaaa"}, {"run_name": "0-a", "run_id": "bbbbbbbbbb"},
             {"run_name": "1-b", "run_id": "cc"}]
@@ -215,3 +246,25 @@ def test_report_on_a_real_sweep(xpdist):
 def _env() -> dict:
 
     return xpdist_env()
+
+
+def test_runs_with_the_same_loss_curve_are_all_visible():
+    """mirrored and central_storage often log the same losses: each line must still show."""
+    from xpdist.report.plots import loss_figure
+
+    same = {"loss": [(1, 0.9), (2, 0.5)], "val_loss": [(1, 1.0), (2, 0.6)]}
+    rows = [{"label": name, "history": same} for name in ("one_device", "mirrored", "central_storage")]
+    fig = loss_figure(rows)
+    for ax in fig.axes[:2]:
+        lines = ax.get_lines()
+        assert [line.get_label() for line in lines] == ["one_device", "mirrored", "central_storage"]
+        assert len({line.get_marker() for line in lines}) == 3
+        assert all(line.get_markerfacecolor() == "none" for line in lines)  # hollow: one shape shows through another
+
+
+def test_report_md_gives_the_mlflow_ui_command_itself(store, tmp_path):
+    """scripts/ exists only in a clone of the repository; `mlflow ui` works wherever xpdist is installed."""
+    build(store["uri"], tmp_path, sweep=store["parent"], log_to_parent=False)
+    markdown = (tmp_path / "report.md").read_text()
+    assert "scripts/" not in markdown
+    assert f"`mlflow ui --host 127.0.0.1 --port 5000 --backend-store-uri {store['uri']}`" in markdown

@@ -149,7 +149,15 @@ def learning_rate(cfg, global_batch: int) -> float:
     return base
 
 
+# The options conf/config.yaml picks when the command line does not (tests check they agree):
+# a run name mentions these groups only where the run picked another option.
+DEFAULT_OPTIONS = {"trainer": "fit", "model": "linear", "dataset": "synthetic_regression", "optimizer": "sgd"}
+
+
 def run_name(cfg, plan_fields: Dict[str, Any]) -> str:
+    """tracking.run_name, else what sets the run apart: strategy, its cross-device ops or
+    communication, replicas, then each of trainer, model, dataset and optimizer that is not
+    the default (`default-1r`, `mirrored-auto-2r-ctl-cnn-digits-adam`)."""
     if cfg.tracking.run_name:
         return cfg.tracking.run_name
     parts = [cfg.strategy.name]
@@ -158,8 +166,7 @@ def run_name(cfg, plan_fields: Dict[str, Any]) -> str:
     if plan_fields["communication"] != "none":
         parts.append(plan_fields["communication"])
     parts.append(f"{plan_fields['num_replicas']}r")
-    if cfg.trainer.name != "fit":
-        parts.append(cfg.trainer.name)
+    parts += [cfg[group].name for group, default in DEFAULT_OPTIONS.items() if cfg[group].name != default]
     return "-".join(parts)
 
 

@@ -80,7 +80,7 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
     uri = ctx.tracking_uri or store.resolve_uri(plain.tracking.uri, ctx.launch_dir)
     try:
         plan = preflight.check(plain, ctx.launch_dir)
-        preflight.check_tracking_server(uri)
+        preflight.check_tracking_uri(uri)
     except ConfigError as err:
         result.error = str(err)
         if ctx.parent_run_id:  # in a sweep, a rejected job is a FAILED child run

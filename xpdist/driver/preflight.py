@@ -12,6 +12,7 @@ import socket
 import sys
 import urllib.error
 import urllib.request
+from importlib.metadata import entry_points
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -259,6 +260,37 @@ def _check_sizes(cfg, plan: planning.Plan) -> None:
             "dataset.validation_split", cfg.dataset.validation_split,
             f"the {plan.num_val} validation examples are fewer than one global batch ({plan.global_batch_size})",
             "Raise the split, lower the batch size, or set dataset.validation_split=0.")
+
+
+# Stores MLflow records into, by URI scheme (a database scheme may name a driver: postgresql+psycopg2).
+_DATABASES = ("sqlite", "postgresql", "mysql", "mssql")
+_SERVERS = ("http", "https", "databricks", "databricks-uc", "uc")
+# URIs MLflow takes as they are, without a scheme.
+_BARE = ("databricks", "databricks-uc", "uc")
+# Where MLflow finds the stores of its plugins.
+_STORE_PLUGINS = "mlflow.tracking_store"
+_USE_INSTEAD = ("Use tracking.uri=sqlite:///<dir>/mlflow.db (one file), http://HOST:PORT (an MLflow server), "
+                "or drop tracking.uri to record into ./mlflow.db.")
+
+
+def check_tracking_uri(uri: str) -> None:
+    """Fails fast when MLflow would refuse the tracking URI, or its server does not answer.
+
+    MLflow 3 refuses a file store (file:// or a plain path) when the run is created or closed,
+    which came after the training here; checked before, it costs nothing.
+    """
+    scheme = urlparse(uri).scheme.lower()
+    if uri in _BARE:
+        return
+    if scheme in ("", "file"):
+        if os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("true", "1"):  # MLflow's own opt-in
+            return
+        raise ConfigError("tracking.uri", uri, "MLflow 3 no longer records into a file store", _USE_INSTEAD)
+    known = scheme.split("+")[0] in _DATABASES or scheme in _SERVERS
+    if not known and scheme not in {ep.name for ep in entry_points(group=_STORE_PLUGINS)}:
+        raise ConfigError("tracking.uri", uri, f"MLflow has no store for URIs that start with {scheme}://",
+                          _USE_INSTEAD)
+    check_tracking_server(uri)
 
 
 def check_tracking_server(uri: str) -> None:

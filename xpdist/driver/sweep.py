@@ -19,7 +19,9 @@ from typing import Any, Dict, List, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import SWEEP_FILE
+from xpdist.driver import preflight, sweep_check
 from xpdist.report import summary
 from xpdist.tracking import store
 
@@ -102,6 +104,12 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         hc = config.hydra
         uri = store.resolve_uri(config.tracking.uri, Path(hc.runtime.cwd))
+        try:
+            preflight.check_tracking_uri(uri)
+        except ConfigError as err:  # no job could record: refuse the sweep before it starts
+            print(f"xpdist: error: {err}", file=sys.stderr, flush=True)
+            sys.exit(2)
+        sweep_check.report_rejected(config)
         sweep_dir = Path(hc.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         overrides = swept_overrides(config)

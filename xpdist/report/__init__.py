@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from xpdist.tracking import store
 from xpdist.report import plots, tables
-from xpdist.report.runs import ReportError, compare_url, open_store, read_rows, select_runs
+from xpdist.report.runs import DEFAULT_UI, ReportError, compare_url, open_store, read_rows, select_runs
 
 ARTIFACT_PATH = "report"
 
@@ -52,7 +52,8 @@ def build(uri: str, out_dir: Path, experiment: Optional[str] = None, sweep: Opti
         raise ReportError("--out", f"cannot create {out_dir}: {err.strerror}") from None
     plot_files = plots.write_plots(rows, out_dir)
     # A URL for 50+ runs is too long to be useful.
-    url = compare_url([r["run_id"] for r in rows], [r.info.experiment_id for r in runs]) if len(rows) <= 50 else None
+    ui = uri.rstrip("/") if uri.startswith(("http://", "https://")) else DEFAULT_UI  # a server serves its own UI
+    url = compare_url([r["run_id"] for r in rows], [r.info.experiment_id for r in runs], ui) if len(rows) <= 50 else None
     files = {"md": tables.write_markdown(rows, out_dir / "report.md", title, uri, plot_files, url),
              "csv": tables.write_csv(rows, out_dir / "report.csv"), **plot_files}
     report = Report(rows, files)

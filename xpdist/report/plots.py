@@ -27,7 +27,20 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def plot_losses(rows: Sequence[Dict[str, Any]], path: Path) -> Path | None:
+# Runs with the same curve (mirrored and central_storage often match to 1e-7) draw on top of
+# each other: each run gets its own hollow marker shape and line style, so every one shows.
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+_LINESTYLES = ("-", "--", ":", "-.")
+
+
+def run_styles(count: int) -> List[Dict[str, Any]]:
+    """Matplotlib line styles, one per run: no two alike in marker shape and line style for up to
+    40 runs (the colour cycle varies as well)."""
+    return [{"marker": _MARKERS[i % len(_MARKERS)], "linestyle": _LINESTYLES[i // len(_MARKERS) % len(_LINESTYLES)],
+             "markerfacecolor": "none"} for i in range(count)]
+
+
+def loss_figure(rows: Sequence[Dict[str, Any]]):
     """Training and validation loss per epoch, one line per run; None if no run logged a loss."""
     metrics = [m for m in _LOSS_LABELS if any(r["history"].get(m) for r in rows)]
     if not metrics:
@@ -35,17 +48,23 @@ def plot_losses(rows: Sequence[Dict[str, Any]], path: Path) -> Path | None:
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 4.5), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
-        for row in rows:
+        for row, style in zip(rows, run_styles(len(rows))):
             points = row["history"].get(metric)
             if points:
-                ax.plot([s for s, _ in points], [v for _, v in points], marker="o", label=row["label"])
+                ax.plot([s for s, _ in points], [v for _, v in points], label=row["label"], **style)
         ax.set_title(f"{_LOSS_LABELS[metric].capitalize()} per epoch")
         ax.set_xlabel("epoch")
         ax.set_ylabel(f"{_LOSS_LABELS[metric]} (the model's loss function, unitless)")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
     axes[0][-1].legend(title="run", loc="upper left", bbox_to_anchor=(1.02, 1), fontsize="small")
-    return _save(fig, path)
+    return fig
+
+
+def plot_losses(rows: Sequence[Dict[str, Any]], path: Path) -> Path | None:
+    """loss.png (loss_figure); None if no run logged a loss."""
+    fig = loss_figure(rows)
+    return None if fig is None else _save(fig, path)
 
 
 def _bars(rows: Sequence[Dict[str, Any]], values: List[float], title: str, xlabel: str, fmt: str, path: Path,

@@ -20,7 +20,7 @@ PARENT_TAG = "mlflow.parentRunId"
 BASELINE_STRATEGY = "one_device"
 # Metrics whose per-epoch history is read and plotted.
 HISTORY_METRICS = ("loss", "val_loss", "examples_per_sec")
-# Where scripts/mlflow_ui.sh serves the UI unless told otherwise.
+# Where store.ui_command's `mlflow ui` serves the UI.
 DEFAULT_UI = "http://127.0.0.1:5000"
 # metric name -> [(epoch, value)]
 History = Dict[str, List[Tuple[int, float]]]
@@ -56,7 +56,7 @@ def report_row(run, history: Optional[History] = None) -> Dict[str, Any]:
     if steady is not None:
         row["examples_per_sec"] = steady
     row.update(parent_run_id=run.data.tags.get(PARENT_TAG), start_time=run.info.start_time or 0,
-               scaling_efficiency=None, history=history)
+               scaling_efficiency=None, history=history, params=dict(run.data.params))
     return row
 
 
@@ -82,6 +82,34 @@ def add_labels(rows: List[Dict[str, Any]]) -> None:
     for row in rows:
         name = row["run_name"] or row["run_id"][:8]
         row["label"] = f"{name} ({row['run_id'][:8]})" if names.count(row["run_name"]) > 1 else name
+
+
+# Params the report's table has a column for, or that follow from other params (the plan's
+# figures), left out of a row's `differs`: they would repeat what the row already says.
+SHOWN_OR_DERIVED = frozenset({"strategy", "cross_ops", "communication", "num_replicas", "global_batch_size",
+                              "devices", "per_replica_batch_size", "steps_per_execution"})
+
+
+def _options(params: Dict[str, str]) -> Dict[str, str]:
+    """A run's params with `group.name` written `group` (optimizer.name=adam -> optimizer=adam)."""
+    named = {key[:-len(".name")]: value for key, value in params.items() if key.endswith(".name")}
+    merged = {key: value for key, value in params.items() if not key.endswith(".name")}
+    return {**named, **merged}
+
+
+def add_differences(rows: List[Dict[str, Any]]) -> None:
+    """row["differs"]: `key=value` of each param whose value is not the same in every run compared.
+
+    Left out: SHOWN_OR_DERIVED, and the settings of a group whose option differs: `model=cnn`
+    stands for the settings that come with it (model.filters), which would only repeat it.
+    Empty when nothing else differs.
+    """
+    options = [_options(r.get("params") or {}) for r in rows]
+    common = set.intersection(*map(set, options)) if options else set()
+    differing = {key for key in common - SHOWN_OR_DERIVED if len({o[key] for o in options}) > 1}
+    shown = sorted(key for key in differing if "." not in key or key.split(".", 1)[0] not in differing)
+    for row, values in zip(rows, options):
+        row["differs"] = " ".join(f"{key}={values[key]}" for key in shown)
 
 
 def compare_url(run_ids: Sequence[str], experiment_ids: Sequence[str], base: str = DEFAULT_UI) -> str:
@@ -158,7 +186,8 @@ def _in_order(runs: list) -> list:
 
 
 def read_rows(mlflow_client, runs: list) -> List[Dict[str, Any]]:
-    """Rows with their per-epoch histories, scaling efficiency and labels, sweep by sweep in job order."""
+    """Rows with their per-epoch histories, scaling efficiency, labels and differing params, sweep by
+    sweep in job order."""
     rows = []
     for run in _in_order(runs):
         history = {}
@@ -169,4 +198,5 @@ def read_rows(mlflow_client, runs: list) -> List[Dict[str, Any]]:
         rows.append(report_row(run, history))
     add_scaling_efficiency(rows)
     add_labels(rows)
+    add_differences(rows)
     return rows

@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
 from xpdist.report import summary
+from xpdist.tracking import store
 from xpdist.report.runs import BASELINE_STRATEGY
 
 # Row keys in report.csv, in order.
 CSV_KEYS = ("run_name", "run_id", "job", "strategy", "cross_ops", "communication", "replicas", "global_batch",
             "final_loss", "final_val_loss", "examples_per_sec", "scaling_efficiency", "wall_time_s", "status",
-            "error")
+            "error", "differs")
 # (row key, header) of the Markdown table.
 MD_COLUMNS = (("label", "run"), ("strategy", "strategy"), ("cross_ops", "cross_ops"),
               ("communication", "communication"), ("replicas", "replicas"), ("global_batch", "global batch"),
@@ -38,8 +39,14 @@ def write_csv(rows: Sequence[Dict[str, Any]], path: Path) -> Path:
 def write_markdown(rows: Sequence[Dict[str, Any]], path: Path, title: str, source: str, plots: Dict[str, Path],
                    compare_url: Optional[str] = None) -> Path:
     """report.md: the table, what its figures mean, failed runs' errors, and the plots."""
+    columns = MD_COLUMNS
+    if any(r.get("differs") for r in rows):  # the params that tell these runs apart, after their name
+        columns = (MD_COLUMNS[0], ("differs", "params that differ")) + MD_COLUMNS[1:]
     parts = [f"# xpdist report: {title}", "", f"Source: `{source}`, {len(rows)} runs.", "",
-             summary.format_markdown(rows, MD_COLUMNS), *NOTES]
+             summary.format_markdown(rows, columns), *NOTES]
+    if columns is not MD_COLUMNS:
+        parts.append("- params that differ: the params whose values are not the same in every run here; a "
+                     "group's option (`model=cnn`) stands for the settings that come with it.")
     if not any(r["strategy"] == BASELINE_STRATEGY and r["scaling_efficiency"] is not None for r in rows):
         parts.append("- No FINISHED one_device run here, so scaling efficiency is not computed.")
     failed = [r for r in rows if r["status"] != "FINISHED"]
@@ -47,7 +54,9 @@ def write_markdown(rows: Sequence[Dict[str, Any]], path: Path, title: str, sourc
         parts += ["", "## Runs that did not finish", ""]
         parts += [f"- {r['label']} ({r['status']}): {r['error'] or 'no error recorded'}" for r in failed]
     if compare_url:
-        parts += ["", f"Compare them in the MLflow UI (`scripts/mlflow_ui.sh`): <{compare_url}>"]
+        server = source.startswith(("http://", "https://"))
+        start = "" if server else f"Start the MLflow UI: `{store.ui_command(source)}`; then "
+        parts += ["", f"{start}compare the runs there: <{compare_url}>"]
     if plots:
         parts += ["", "## Plots", ""]
         parts += [f"![{name}]({p.name})" for name, p in plots.items()]

@@ -21,14 +21,8 @@ from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.jobdir import JobDir, JobSpec, TaskResult
 from xpdist.core.plan import Plan
 from xpdist.core.taskenv import DRIVER_PID_ENV
-from xpdist.task import runner
+from xpdist.task import failure, runner
 from xpdist.task.train.common import process_started_at
-
-
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    first = next((line for line in text if line.strip()), "")
-    return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
 def prepare_environment(cfg, plan: Plan) -> None:
@@ -79,8 +73,8 @@ def main(argv=None) -> int:
         write("KILLED", "interrupted")
         return 130
     except Exception as err:  # every failure becomes a one-line account in the run
-        line = _one_line(err)
         job.task_error.write_text("".join(traceback.format_exception(err)))
+        line = failure.one_line(err, job.task_error)
         write("FAILED", line)
         if cfg.verbose:
             traceback.print_exc()

@@ -6,6 +6,7 @@ was set before TensorFlow was imported. They only use API both flavours share.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Dict, List, Sequence
 
 from hydra.utils import get_method
@@ -58,21 +59,69 @@ def cnn(keras, cfg, input_shape, num_outputs):
 
 @MODELS.register("custom")
 def custom(keras, cfg, input_shape, num_outputs):
-    """Calls model._target_ (a dotted path) with input_shape, num_outputs and model.kwargs."""
+    """Calls model._target_, the user's model function, and checks it built with the run's Keras.
+
+    The contract of a model function: it is called as
+    `fn(input_shape=..., num_outputs=..., **model.kwargs)`, plus `keras=<the run's Keras module>`
+    when it has a parameter named `keras`, and returns a model of that Keras, whose outputs are
+    logits (classification) or values (regression). The run's Keras is Keras 3 or tf-keras
+    (see the `keras` option); a function that does `import keras` builds a Keras 3 model, which
+    a tf-keras run cannot train, so a function should build with the `keras` it is handed.
+
+    Example:
+        def build(input_shape, num_outputs, keras, units=16):
+            return keras.Sequential([keras.Input(shape=input_shape),
+                                     keras.layers.Dense(units, activation="relu"),
+                                     keras.layers.Dense(num_outputs)])
+
+    Raises:
+        ValueError: model._target_ cannot be imported.
+        TypeError: the function returned something that is not a model of the run's Keras.
+    """
     target = cfg.model._target_
     try:
         builder: Callable = get_method(target)
     except Exception as err:  # Hydra raises ImportError or its own InstantiationException
         raise ValueError(f"model._target_={target} cannot be imported ({err}). "
                          "Give the dotted path of a callable that returns a Keras model.") from None
-    return builder(input_shape=tuple(input_shape), num_outputs=num_outputs, **dict(cfg.model.kwargs))
+    kwargs = dict(cfg.model.kwargs)
+    if _takes_keras(builder):
+        kwargs["keras"] = keras
+    model = builder(input_shape=tuple(input_shape), num_outputs=num_outputs, **kwargs)
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"model._target_={target} returned {_describe(model)}, but this run trains with "
+                        f"{_flavour(keras.Model)} ({_why_flavour(cfg)}). Give the function a `keras` "
+                        "parameter and build the model with it: def fn(input_shape, num_outputs, keras): ...")
+    return model
 
 
-def example_custom_model(input_shape, num_outputs, units: int = 16):
-    """An example for model=custom: one hidden layer of `units`."""
-    import tensorflow as tf
+def _takes_keras(builder: Callable) -> bool:
+    try:
+        return "keras" in inspect.signature(builder).parameters
+    except (TypeError, ValueError):  # a callable without a signature Python can read
+        return False
 
-    keras = tf.keras
+
+def _flavour(cls: type) -> str:
+    root = cls.__module__.split(".")[0]
+    return {"keras": "Keras 3", "tf_keras": "tf-keras"}.get(root, root)
+
+
+def _describe(obj: Any) -> str:
+    kind = type(obj)
+    if kind.__module__.split(".")[0] in ("keras", "tf_keras"):
+        return f"a {_flavour(kind)} {kind.__name__}"
+    return f"a {kind.__module__}.{kind.__qualname__}"
+
+
+def _why_flavour(cfg) -> str:
+    if cfg.keras != "auto":
+        return f"keras={cfg.keras}"
+    return f"keras=auto chooses it for strategy={cfg.strategy.name} with trainer={cfg.trainer.name}"
+
+
+def example_custom_model(input_shape, num_outputs, keras, units: int = 16):
+    """An example for model=custom: one hidden layer of `units`, built with the run's Keras."""
     return keras.Sequential(_inputs(keras, input_shape) + [
         keras.layers.Dense(units, activation="relu"), keras.layers.Dense(num_outputs)])
 

@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Tuple
 import portpicker
 
 from xpdist.core.jobdir import JobDir
-from xpdist.driver.launchers import process
+from xpdist.driver.launchers import follow, process
 from xpdist.driver.launchers.outcome import Outcome, describe_exit, outcome_from
 
 # Seconds between two looks at the tasks.
@@ -195,6 +195,8 @@ class Cluster:
 def run(cfg, job: JobDir, env: Dict[str, str]) -> Outcome:
     """Runs the cluster to the end, restarting it up to cluster.max_restarts times."""
     cluster = Cluster(cfg, job, env)
+    chief = Task("chief", 0) if cluster.ps_strategy else Task("worker", 0)
+    follower = follow.follow_chief(job.log_of(chief.file_name), chief.name, job.logs)
     restarts = 0
     try:
         with process.signals_raise():
@@ -228,6 +230,7 @@ def run(cfg, job: JobDir, env: Dict[str, str]) -> Outcome:
         raise
     finally:
         cluster.stop(grace_s=FAILURE_GRACE_S)
+        follower.stop()
 
 
 def _note(cluster: Cluster, message: str) -> None:

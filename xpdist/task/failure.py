@@ -1,0 +1,50 @@
+"""A task failure told in one line: what went wrong, and where the whole traceback is.
+
+TensorFlow and Keras put their cause a few lines down: an InvalidArgumentError reads
+`Graph execution error:`, then `Detected at node ...` and the Python frames that defined the
+node, then the cause; a Keras layer error reads `Exception encountered when calling X.call().`,
+then the cause in terminal bold. The first line of such a message says nothing, so the cause is
+the first line that is none of these.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+# Lines that frame a cause without stating one (matched on the stripped line).
+_FRAMING = re.compile(
+    r"Graph execution error:$"
+    r"|Detected at node .* defined at"
+    r"|File \".*\", line \d+"
+    r"|\[\[.*\]\]"  # [[{{node ...}}]] [Op:...]: where, not what
+    r"|\d+ root error\(s\) found\.?$"
+    r"|Exception encountered when calling .*"
+    r"|Arguments received by .*"
+    r"|•")
+# Keras colours the cause for terminals; the run's tag and the report are not terminals.
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# TensorFlow numbers the causes of a multi-error status: `(0) INVALID_ARGUMENT: ...`.
+_NUMBERED = re.compile(r"^\(\d+\)\s+")
+MAX_CAUSE = 400
+
+
+def root_cause(err: BaseException) -> str:
+    """The line of the exception's message that says what went wrong (may be empty)."""
+    lines = [_ANSI.sub("", line).strip() for line in str(err).splitlines()]
+    lines = [line for line in lines if line]
+    cause = next((line for line in lines if not _FRAMING.match(line)), lines[0] if lines else "")
+    cause = _NUMBERED.sub("", cause)
+    return cause if len(cause) <= MAX_CAUSE else cause[:MAX_CAUSE - 1] + "…"
+
+
+def one_line(err: BaseException, traceback_file: Path) -> str:
+    """`Type: cause (traceback: path)`, the account of a failed task in the terminal and the run.
+
+    Example:
+        InvalidArgumentError: Input to reshape is a tensor with 80 values, but the requested
+        shape has 84 (traceback: /runs/outputs/2026-12-03/08-00-00/task_error.txt)
+    """
+    cause = root_cause(err)
+    head = f"{type(err).__name__}: {cause}" if cause else type(err).__name__
+    return f"{head} (traceback: {traceback_file})"
