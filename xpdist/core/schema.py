@@ -203,6 +203,15 @@ class TrackingConfig:
     run_name: Optional[str] = None
     # Log the trained model as a .keras artifact.
     log_model: bool = True
+    # Continue this FAILED or KILLED run (its id) from its last checkpoint, into the same
+    # MLflow run; every other key must be as it was. null: a new run.
+    resume: Optional[str] = None
+    # Seconds between two heartbeats of the driver on its run (the xpdist.heartbeat tag).
+    heartbeat_s: float = 10.0
+    # A RUNNING run whose heartbeat is older than this many seconds (and than 3 of its own
+    # heartbeat_s) is taken for lost and closed as FAILED by the next xpdist command on its
+    # store, or by `python -m xpdist.tracking.reap`.
+    heartbeat_timeout_s: float = 300.0
 
 
 @dataclass

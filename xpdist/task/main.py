@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import signal
 import sys
@@ -18,7 +19,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from xpdist.core.clusterenv import ClusterEnv
-from xpdist.core.jobdir import JobDir, JobSpec, TaskResult
+from xpdist.core.jobdir import (EXIT_DISK_FULL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_RETRYABLE, JobDir, JobSpec,
+                                TaskResult)
 from xpdist.core.plan import Plan
 from xpdist.core.taskenv import DRIVER_PID_ENV
 from xpdist.task import runner
@@ -29,6 +31,24 @@ def _one_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     first = next((line for line in text if line.strip()), "")
     return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
+# TensorFlow's errors that a restart may cure: a peer that went away or a collective that
+# timed out. Matched by name: this module must not import TensorFlow before the environment is set.
+_NETWORK_ERRORS = {"UnavailableError", "DeadlineExceededError", "AbortedError"}
+
+
+def retryable(err: BaseException) -> bool:
+    """Whether a restart could cure err: a network-type error, not a bug in code, config or data."""
+    names = {cls.__name__ for cls in type(err).__mro__}
+    return bool(names & _NETWORK_ERRORS) or isinstance(err, (ConnectionError, TimeoutError))
+
+
+def disk_full(err: BaseException) -> bool:
+    """No space left for the job directory (TensorFlow's file errors carry only the message)."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return "No space left on device" in str(err) or "Disk quota exceeded" in str(err)
 
 
 def prepare_environment(cfg, plan: Plan) -> None:
@@ -69,23 +89,31 @@ def main(argv=None) -> int:
     prepare_environment(cfg, spec.plan)
     signal.signal(signal.SIGTERM, _raise_interrupt)
 
-    def write(status: str, error: str = None) -> None:
-        if cluster.is_chief:
-            TaskResult(status, error, process_started_at()).write(job)
+    def write(status: str, error: str = None, may_retry: bool = False) -> None:
+        if cluster.is_chief:  # on a full disk the exit code tells the driver instead
+            with contextlib.suppress(OSError):
+                TaskResult(status, error, process_started_at(), may_retry).write(job)
 
     try:
         runner.run(cfg, spec, job, cluster)
     except KeyboardInterrupt:
         write("KILLED", "interrupted")
-        return 130
+        return EXIT_INTERRUPTED
+    except runner.NoRun as err:  # the driver says why in its own one line
+        write("FAILED", f"stopped before training: {err}")
+        return EXIT_FAILED
     except Exception as err:  # every failure becomes a one-line account in the run
         line = _one_line(err)
-        job.task_error.write_text("".join(traceback.format_exception(err)))
-        write("FAILED", line)
+        with contextlib.suppress(OSError):
+            job.task_error.write_text("".join(traceback.format_exception(err)))
+        may_retry = retryable(err)
+        write("FAILED", line, may_retry)
         if cfg.verbose:
             traceback.print_exc()
         print(f"xpdist task: {line}", file=sys.stderr, flush=True)
-        return 1
+        if disk_full(err):
+            return EXIT_DISK_FULL
+        return EXIT_RETRYABLE if may_retry else EXIT_FAILED
     write("FINISHED")
     return 0
 
