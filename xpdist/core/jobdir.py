@@ -2,7 +2,8 @@
 
     driver writes  config.yaml, overrides.yaml, job.json (JobSpec)      once, before any task
                    run.json (RunReady: the MLflow run exists, or why not)  once, beside the task
-    tasks write    metrics.jsonl (MetricFile), result.json (TaskResult),
+    tasks write    resolved.json (the plan as TensorFlow resolved it, strategy=tpu),
+                   metrics.jsonl (MetricFile), result.json (TaskResult),
                    task_error.txt, model.keras, checkpoints/, logs/, cluster/*.ready
     driver reads   metrics.jsonl (relayed to MLflow), result.json, model.keras, checkpoints/
 
@@ -64,6 +65,17 @@ class JobDir:
     # The driver's word that the MLflow run exists (or could not be created): the chief task
     # waits for it before its first training step.
     run_ready = property(lambda self: self.root / "run.json")
+    # The chief's plan once TensorFlow has decided the replica count (strategy=tpu).
+    resolved = property(lambda self: self.root / "resolved.json")
+
+    def write_resolved(self, plan: Plan) -> None:
+        _write_atomically(self.resolved, json.dumps(dataclasses.asdict(plan), indent=2))
+
+    def read_resolved(self) -> Optional[Plan]:
+        try:
+            return Plan(**json.loads(self.resolved.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
 
     def worker_checkpoints(self, task: str) -> Path:
         """Where a non-chief worker writes the checkpoints TensorFlow needs every worker to write."""
@@ -104,6 +116,7 @@ class JobSpec:
         job.metrics.unlink(missing_ok=True)  # a reused job dir: relay only this run's metrics
         job.result.unlink(missing_ok=True)
         job.run_ready.unlink(missing_ok=True)
+        job.resolved.unlink(missing_ok=True)
         OmegaConf.save(OmegaConf.create(self.config), job.config)
         OmegaConf.save(OmegaConf.create(list(self.overrides)), job.overrides)
         spec = {"plan": dataclasses.asdict(self.plan), "tracking_uri": self.tracking_uri,

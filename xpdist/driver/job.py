@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir, JobSpec, RunReady
-from xpdist.core.plan import Plan
+from xpdist.core.plan import RESOLVED_BY_TASK, Plan, resolved_at_run_time
 from xpdist.driver import launchers, preflight, resume
 from xpdist.driver.launchers import process
 from xpdist.tracking import heartbeat, reap, store
@@ -86,7 +86,7 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
         plan = preflight.check(plain, ctx.launch_dir)
         preflight.check_tracking_server(uri)
         if plain.tracking.resume:
-            resumed = resume.prepare(uri, plain.tracking.resume, run_params(config, plan), job)
+            resumed = resume.prepare(uri, plain.tracking.resume, _creation_params(config, plan), job)
         write_job_files(job, JobSpec(config, plan, uri, str(ctx.launch_dir), list(ctx.overrides),
                                      resumed.logged_epochs if resumed else []))
     except ConfigError as err:
@@ -108,8 +108,8 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
         reap.announce(reap.close_stale(uri, plain.tracking.heartbeat_timeout_s))
         if resumed:
             return resume.reopen(uri, resumed, tags)
-        return store.create_run(uri, plain.tracking.experiment, result.run_name, run_params(config, plan), tags,
-                                ctx.parent_run_id)
+        return store.create_run(uri, plain.tracking.experiment, result.run_name, _creation_params(config, plan),
+                                tags, ctx.parent_run_id)
 
     # The task starts now and imports TensorFlow while this process creates the MLflow run;
     # it waits for the run before its first training step (JobDir.run_ready).
@@ -128,6 +128,7 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
             return result
         result.status, result.error = outcome.status, outcome.error
         result.metrics = recorder.final_metrics()
+        _log_resolved(uri, result.run_id, job, plan, result)
         if outcome.restarts:
             store.set_tags(uri, result.run_id, {"xpdist.restarts": str(outcome.restarts)})
         _log_outputs(uri, result.run_id, job, result.ok)
@@ -137,6 +138,8 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
             if recorder.finish_quietly():
                 result.run_id = recorder.run_id
                 _log_outputs_quietly(uri, result.run_id, job)
+                with contextlib.suppress(Exception):
+                    _log_resolved(uri, result.run_id, job, plan, result)
                 heartbeat.let_go(result.run_id)
                 store.terminate(uri, result.run_id, "KILLED", result.error)
         raise
@@ -235,6 +238,30 @@ class _Recorder(threading.Thread):
         """Each epoch metric's last value, and the run's summary figures."""
         latest = self.relay.latest if self.relay else {}
         return {k: v for k, v in latest.items() if not k.startswith("batch_")}
+
+
+def _creation_params(config: Dict[str, Any], plan: Plan) -> Dict[str, str]:
+    """The params a run is created with; those TensorFlow decides (strategy=tpu) come later."""
+    params = run_params(config, plan)
+    if resolved_at_run_time(plan):
+        for key in RESOLVED_BY_TASK:
+            params.pop(key, None)
+    return params
+
+
+def _log_resolved(uri: str, run_id: str, job: JobDir, plan: Plan, result: JobResult) -> None:
+    """strategy=tpu: logs the replica count, global batch and learning rate the task reported.
+
+    MLflow params cannot change once logged, so they are logged once known, from the task's
+    resolved.json; a task that died before its strategy existed leaves them out: no guess.
+    """
+    if not resolved_at_run_time(plan):
+        return
+    resolved = job.read_resolved()
+    if resolved is None:
+        return
+    store.log_params(uri, run_id, {key: getattr(resolved, key) for key in RESOLVED_BY_TASK})
+    result.num_replicas, result.global_batch_size = resolved.num_replicas, resolved.global_batch_size
 
 
 def _log_outputs(uri: str, run_id: str, job: JobDir, finished: bool = True) -> None:

@@ -6,6 +6,7 @@ Each step is a small function so that cluster roles and trainers reuse them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -16,7 +17,7 @@ from typing import Dict
 
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.jobdir import JobDir, JobSpec, MetricFile, RunReady
-from xpdist.core.plan import Plan
+from xpdist.core.plan import Plan, resolved_at_run_time, with_replicas
 from xpdist.task import data, models, strategies
 from xpdist.task.train import ctl, fit, ps_ctl
 from xpdist.task.train.common import TrainContext
@@ -68,7 +69,7 @@ def _stderr_silenced():
 def build_strategy(tf, cfg, plan: Plan):
     strategy = strategies.build(tf, cfg, plan)
     replicas = strategy.num_replicas_in_sync
-    if plan.strategy != "tpu" and replicas != plan.num_replicas:
+    if not resolved_at_run_time(plan) and replicas != plan.num_replicas:
         raise RuntimeError(f"strategy={plan.strategy} runs {replicas} replicas, but {plan.num_replicas} were planned "
                            f"from devices {plan.devices}; set strategy.devices explicitly")
     return strategy
@@ -140,6 +141,10 @@ def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> None:
             return
     strategy = build_strategy(tf, cfg, plan)
     job.mark_ready(cluster.file_name)
+    if resolved_at_run_time(plan):  # the batch and learning rate follow the replicas TensorFlow found
+        spec = dataclasses.replace(spec, plan=with_replicas(cfg, plan, strategy.num_replicas_in_sync))
+        if cluster.is_chief:
+            job.write_resolved(spec.plan)
     ctx = build_context(tf, cfg, spec, strategy, job, cluster)
     if cluster.is_chief:  # the other workers wait for the chief in their first collective
         wait_for_run(job)
