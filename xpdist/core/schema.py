@@ -90,8 +90,10 @@ class ClusterConfig:
     workers: int = 1
     # cluster=localhost with strategy=parameter_server: number of parameter servers.
     ps: int = 0
-    # cluster=localhost: restart the whole cluster this many times after a task dies;
-    # training resumes from the last completed epoch.
+    # cluster=localhost: restart the whole cluster this many times after a task is killed
+    # by a signal, is lost, or fails with a network-type error (UnavailableError,
+    # DeadlineExceeded, a connection reset); never after an exception in user code or
+    # config. Training resumes from the last completed epoch.
     max_restarts: int = 0
     # Seconds to wait for every task to start before giving up.
     start_timeout_s: float = 120.0
