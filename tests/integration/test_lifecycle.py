@@ -103,13 +103,17 @@ def start(xpdist: Xpdist, *overrides: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
-def wait_for_epoch(xpdist: Xpdist, proc: subprocess.Popen, epoch: int, timeout: float = 300) -> Path:
-    """Waits until the job's metric file holds `epoch`; returns the job directory."""
+def wait_for_epoch(xpdist: Xpdist, proc: subprocess.Popen, epoch: int, timeout: float = 300,
+                   checkpointed: bool = False) -> Path:
+    """Waits until the job's metric file holds `epoch` (and, if checkpointed, its checkpoint
+    is written: it follows the epoch's metrics); returns the job directory."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for path in xpdist.workdir.glob("outputs/**/metrics.jsonl"):
             steps = [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
-            if epoch in steps:
+            index = path.parent / "checkpoints" / "checkpoint"
+            saved = index.exists() and f'"ckpt-{epoch}"' in index.read_text().splitlines()[0]
+            if epoch in steps and (saved or not checkpointed):
                 return path.parent
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.1)
@@ -188,7 +192,7 @@ def test_second_ctrl_c_leaves_nothing_running(xpdist):
 def test_resume_continues_the_same_run(xpdist, trainer):
     overrides = [f"trainer={trainer}", "trainer.epochs=4", *LONG]
     proc = start(xpdist, *overrides)
-    wait_for_epoch(xpdist, proc, 2)
+    wait_for_epoch(xpdist, proc, 2, checkpointed=True)
     proc.send_signal(signal.SIGINT)
     code, out, err = finish(proc)
     assert code == 130, out + err
@@ -209,7 +213,7 @@ def test_resume_continues_the_same_run(xpdist, trainer):
     for metric in ("loss", "epoch_time_s"):
         steps = [m.step for m in xpdist.client().get_metric_history(run_id, metric)]
         assert sorted(steps) == [1, 2, 3, 4], (metric, steps)
-    assert int(run.data.tags["xpdist.resumed_from_epoch"]) >= 2
+    assert int(run.data.tags["xpdist.resumed_from_epoch"]) >= 2  # not from the start
 
     again = xpdist.run(*overrides, f"tracking.resume={run_id}")
     assert again.returncode == 2

@@ -55,7 +55,8 @@ def prepare(uri: str, run_id: str, params: Dict[str, str], job: JobDir) -> Resum
         raise ConfigError("tracking.resume", run_id, f"the run is {run.info.status}; only a FAILED or KILLED run "
                           "continues", "Start a new run (drop tracking.resume).")
     before = run.data.params
-    for key in sorted(set(params) | set(before)):
+    # Config keys (dotted) before the summary params derived from them: the line names what the user typed.
+    for key in sorted(set(params) | set(before), key=lambda k: ("." not in k, k)):
         if key.startswith(_FREE) or params.get(key) == before.get(key):
             continue
         raise ConfigError(key, params.get(key, "(unset)"), f"run {run_id} was trained with {key}="
