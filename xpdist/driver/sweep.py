@@ -132,9 +132,9 @@ def refuse_swept_store(overrides: List[str]) -> None:
     refused before any job starts (one line, exit 2) rather than silently ignored."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    for override in OverridesParser.create().parse_overrides(overrides):
+    for text, override in zip(overrides, OverridesParser.create().parse_overrides(overrides)):
         if override.get_key_element() == "tracking.uri" and override.is_sweep_override():
-            error = ConfigError("tracking.uri", override.get_value_element_as_str(),
+            error = ConfigError("tracking.uri", text.split("=", 1)[1],
                                 "a sweep records its parent and child runs in one store",
                                 "Run one sweep per store (set tracking.uri once per command).")
             print(f"xpdist: error: {error}", file=sys.stderr, flush=True)
