@@ -1,9 +1,14 @@
 """The job directory: the one protocol between the driver and its task processes.
 
     driver writes  config.yaml, overrides.yaml, job.json (JobSpec)      once, before any task
-    tasks write    metrics.jsonl (MetricFile), result.json (TaskResult),
+                   run.json (RunReady: the MLflow run exists, or why not)  once, beside the task
+    tasks write    resolved.json (the plan as TensorFlow resolved it, strategy=tpu),
+                   metrics.jsonl (MetricFile), result.json (TaskResult),
                    task_error.txt, model.keras, checkpoints/, logs/, cluster/*.ready
     driver reads   metrics.jsonl (relayed to MLflow), result.json, model.keras, checkpoints/
+
+A task's exit code says whether a restart could help (EXIT_* below): the localhost launcher
+restarts a cluster only after a task was lost (a signal) or failed with EXIT_RETRYABLE.
 
 Every file name of the job directory is spelled here and nowhere else. Neither TensorFlow
 nor MLflow is imported: both sides load this module.
@@ -24,6 +29,16 @@ from xpdist.core.plan import Plan
 
 # The sweep directory's record of its parent run, written by the process that drives a sweep.
 SWEEP_FILE = "sweep.json"
+
+# Task exit codes. EXIT_FAILED: a Python exception in user code, config or data, which a
+# restart would only repeat. EXIT_RETRYABLE (sysexits' EX_TEMPFAIL): a network-type error
+# (a peer unavailable, a deadline exceeded, a connection reset) that a restart may cure.
+# EXIT_DISK_FULL (EX_IOERR): the job directory could not be written (no space left), told
+# by its code because result.json cannot be written either. EXIT_INTERRUPTED: SIGINT/SIGTERM.
+EXIT_FAILED = 1
+EXIT_RETRYABLE = 75
+EXIT_DISK_FULL = 74
+EXIT_INTERRUPTED = 130
 
 
 class JobDir:
@@ -47,6 +62,20 @@ class JobDir:
     logs = property(lambda self: self.root / "logs")
     # The localhost launcher's state: tasks.json (pids) and one ready marker per started task.
     cluster_state = property(lambda self: self.root / "cluster")
+    # The driver's word that the MLflow run exists (or could not be created): the chief task
+    # waits for it before its first training step.
+    run_ready = property(lambda self: self.root / "run.json")
+    # The chief's plan once TensorFlow has decided the replica count (strategy=tpu).
+    resolved = property(lambda self: self.root / "resolved.json")
+
+    def write_resolved(self, plan: Plan) -> None:
+        _write_atomically(self.resolved, json.dumps(dataclasses.asdict(plan), indent=2))
+
+    def read_resolved(self) -> Optional[Plan]:
+        try:
+            return Plan(**json.loads(self.resolved.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
 
     def worker_checkpoints(self, task: str) -> Path:
         """Where a non-chief worker writes the checkpoints TensorFlow needs every worker to write."""
@@ -79,15 +108,19 @@ class JobSpec:
     tracking_uri: str
     launch_dir: str  # relative data paths start here
     overrides: List[str] = dataclasses.field(default_factory=list)
+    # tracking.resume: epochs the resumed MLflow run already holds (not logged again).
+    logged_epochs: List[int] = dataclasses.field(default_factory=list)
 
     def write(self, job: JobDir) -> None:
         job.root.mkdir(parents=True, exist_ok=True)
         job.metrics.unlink(missing_ok=True)  # a reused job dir: relay only this run's metrics
         job.result.unlink(missing_ok=True)
+        job.run_ready.unlink(missing_ok=True)
+        job.resolved.unlink(missing_ok=True)
         OmegaConf.save(OmegaConf.create(self.config), job.config)
         OmegaConf.save(OmegaConf.create(list(self.overrides)), job.overrides)
         spec = {"plan": dataclasses.asdict(self.plan), "tracking_uri": self.tracking_uri,
-                "launch_dir": self.launch_dir}
+                "launch_dir": self.launch_dir, "logged_epochs": list(self.logged_epochs)}
         _write_atomically(job.spec, json.dumps(spec, indent=2))
 
     @classmethod
@@ -96,7 +129,8 @@ class JobSpec:
         config = OmegaConf.to_container(OmegaConf.load(job.config))
         overrides = list(OmegaConf.load(job.overrides)) if job.overrides.exists() else []
         return cls(config=config, plan=Plan(**spec["plan"]), tracking_uri=spec["tracking_uri"],
-                   launch_dir=spec["launch_dir"], overrides=overrides)
+                   launch_dir=spec["launch_dir"], overrides=overrides,
+                   logged_epochs=list(spec.get("logged_epochs", [])))
 
 
 @dataclasses.dataclass
@@ -107,6 +141,9 @@ class TaskResult:
     error: Optional[str] = None
     # When the task process started (time.time()), for start-up figures.
     started_at: Optional[float] = None
+    # A FAILED task whose error a restart may cure (a network-type error); False for an
+    # exception in user code, config or data.
+    retryable: bool = False
 
     def write(self, job: JobDir) -> None:
         _write_atomically(job.result, json.dumps(dataclasses.asdict(self), indent=2))
@@ -119,6 +156,32 @@ class TaskResult:
         except (OSError, ValueError):
             return None
         return cls(**{f.name: data.get(f.name) for f in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass
+class RunReady:
+    """The driver's answer to "does the MLflow run exist?": its id, or the one-line error."""
+
+    run_id: Optional[str] = None
+    error: Optional[str] = None
+
+    def write(self, job: JobDir) -> None:
+        _write_atomically(job.run_ready, json.dumps(dataclasses.asdict(self)))
+
+    @classmethod
+    def wait(cls, job: JobDir, poll_s: float = 0.1) -> "RunReady":
+        """Blocks until the driver has written run.json.
+
+        No timeout: the driver writes it once creating the run has succeeded or failed,
+        and a task whose driver dies is killed with it (xpdist.task.main.die_with_driver).
+        """
+        while True:
+            try:
+                data = json.loads(job.run_ready.read_text())
+            except (OSError, ValueError):
+                time.sleep(poll_s)
+                continue
+            return cls(run_id=data.get("run_id"), error=data.get("error"))
 
 
 class MetricFile:

@@ -230,3 +230,30 @@ def tf_version() -> str:
         return metadata.version("tensorflow")
     except metadata.PackageNotFoundError:
         return "none"
+
+
+# Plan fields that only TensorFlow knows for sure where the replica count is decided at run
+# time (strategy=tpu: the cores of the TPU system it connects to). The run logs them once
+# the task has reported them (JobDir.resolved), never a guess.
+RESOLVED_BY_TASK = ("num_replicas", "global_batch_size", "learning_rate")
+
+
+def resolved_at_run_time(plan: Plan) -> bool:
+    """Whether the replica count (and what follows from it) is only known in the task."""
+    return plan.strategy == "tpu"
+
+
+def with_replicas(cfg, plan: Plan, num_replicas: int) -> Plan:
+    """The plan redone for the replica count TensorFlow reports (strategy=tpu): global batch,
+    learning rate, steps and the automatic steps_per_execution follow it."""
+    if num_replicas == plan.num_replicas:
+        return plan
+    global_batch = plan.per_replica_batch_size * num_replicas
+    steps = cfg.trainer.steps_per_epoch or plan.num_train // global_batch
+    fields = dict(dataclasses.asdict(plan), num_replicas=num_replicas, global_batch_size=global_batch,
+                  learning_rate=learning_rate(cfg, global_batch), steps_per_epoch=int(steps),
+                  validation_steps=plan.num_val // global_batch)
+    fields["steps_per_execution"] = steps_per_execution(cfg, int(steps), num_replicas)
+    if not cfg.tracking.run_name:
+        fields["run_name"] = run_name(cfg, fields)
+    return Plan(**fields)

@@ -190,8 +190,10 @@ class LocalhostCluster(ClusterBase):
     workers: int = 2
     # Number of parameter-server processes (strategy=parameter_server only).
     ps: int = 0
-    # Restart the whole cluster this many times after a task dies; training resumes from
-    # the last completed epoch.
+    # Restart the whole cluster this many times after a task is killed by
+    # a signal, is lost, or fails with a network-type error (UnavailableError,
+    # DeadlineExceeded, a connection reset); never after an exception in user code or
+    # config. Training resumes from the last completed epoch.
     max_restarts: int = 0
     # Seconds to wait for every task to start before giving up.
     start_timeout_s: float = 120.0
@@ -406,6 +408,15 @@ class TrackingConfig:
     run_name: Optional[str] = None
     # Log the trained model as a .keras artifact.
     log_model: bool = True
+    # Continue this FAILED or KILLED run (its id) from its last checkpoint, into the same
+    # MLflow run; every other key must be as it was. null: a new run.
+    resume: Optional[str] = None
+    # Seconds between two heartbeats of the driver on its run (the xpdist.heartbeat tag).
+    heartbeat_s: float = 10.0
+    # A RUNNING run whose heartbeat is older than this many seconds (and than 3 of its own
+    # heartbeat_s) is taken for lost and closed as FAILED by the next xpdist command on its
+    # store, or by `python -m xpdist.tracking.reap`.
+    heartbeat_timeout_s: float = 300.0
 
 
 @dataclass

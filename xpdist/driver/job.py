@@ -9,6 +9,7 @@ by SIGKILL or runs out of memory.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -20,12 +21,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
-from xpdist.core.jobdir import JobDir, JobSpec
-from xpdist.core.plan import Plan
-from xpdist.driver import launchers, preflight
+from xpdist.core.jobdir import JobDir, JobSpec, RunReady
+from xpdist.core.plan import RESOLVED_BY_TASK, Plan, resolved_at_run_time
+from xpdist.driver import launchers, preflight, resume
 from xpdist.driver.launchers import process
-from xpdist.tracking import store
-from xpdist.tracking.params import flatten, run_params
+from xpdist.tracking import heartbeat, reap, store
+from xpdist.tracking.params import rejected_params, run_params
 from xpdist.tracking.relay import MetricRelay
 
 
@@ -74,13 +75,20 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
         process.Interrupted: after closing the run as KILLED.
     """
     started = time.monotonic()
+    process.abort_tasks(False)
     config = plain_config(cfg)
     plain = OmegaConf.create(config)
     result = JobResult(status="REJECTED", overrides=ctx.overrides)
     uri = ctx.tracking_uri or store.resolve_uri(plain.tracking.uri, ctx.launch_dir)
+    job = JobDir(ctx.job_dir)
+    resumed = None
     try:
         plan = preflight.check(plain, ctx.launch_dir)
         preflight.check_tracking_uri(uri)
+        if plain.tracking.resume:
+            resumed = resume.prepare(uri, plain.tracking.resume, _creation_params(config, plan), job)
+        write_job_files(job, JobSpec(config, plan, uri, str(ctx.launch_dir), list(ctx.overrides),
+                                     resumed.logged_epochs if resumed else []))
     except ConfigError as err:
         result.error = str(err)
         if ctx.parent_run_id:  # in a sweep, a rejected job is a FAILED child run
@@ -90,53 +98,95 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
 
     result.run_name = plan.run_name if ctx.job_num is None else f"{ctx.job_num}-{plan.run_name}"
     result.num_replicas, result.global_batch_size = plan.num_replicas, plan.global_batch_size
-    job = JobDir(ctx.job_dir)
-    JobSpec(config, plan, uri, str(ctx.launch_dir), list(ctx.overrides)).write(job)
     cluster_env = ClusterEnv.from_environ(plain.cluster.name)
     if not cluster_env.is_chief:
         return _run_member(plain, plan, job, cluster_env, result, started)
-    # The task starts now and imports TensorFlow while this process creates the MLflow run.
-    recorder = _Recorder(uri, job, lambda: store.create_run(
-        uri, plain.tracking.experiment, result.run_name, run_params(config, plan), _tags(plan, ctx),
-        ctx.parent_run_id))
+    tags = {**_tags(plan, ctx), **heartbeat.initial_tags(plain.tracking.heartbeat_s),
+            "xpdist.job_dir": str(job.root.resolve())}
+
+    def create() -> str:
+        reap.announce(reap.close_stale(uri, plain.tracking.heartbeat_timeout_s))
+        if resumed:
+            return resume.reopen(uri, resumed, tags)
+        return store.create_run(uri, plain.tracking.experiment, result.run_name, _creation_params(config, plan),
+                                tags, ctx.parent_run_id)
+
+    # The task starts now and imports TensorFlow while this process creates the MLflow run;
+    # it waits for the run before its first training step (JobDir.run_ready).
+    recorder = _Recorder(uri, job, create, plain.tracking.heartbeat_s)
     recorder.start()
     try:
         env = process.task_env({"MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"})
         outcome = launchers.run(plain, plan, job, env)
-        result.run_id = recorder.finish()
+        try:
+            result.run_id = recorder.finish()
+        except Exception as err:  # nothing was trained: one line, like a bad config
+            result.status = "REJECTED"
+            result.error = str(ConfigError("tracking.uri", uri, f"the MLflow run could not be created "
+                                           f"({one_line(err)}); nothing was trained",
+                                           "Check that the store is writable and its server healthy."))
+            return result
         result.status, result.error = outcome.status, outcome.error
         result.metrics = recorder.final_metrics()
+        _log_resolved(uri, result.run_id, job, plan, result)
         if outcome.restarts:
             store.set_tags(uri, result.run_id, {"xpdist.restarts": str(outcome.restarts)})
-        if result.ok:
-            _log_outputs(uri, result.run_id, job)
+        _log_outputs(uri, result.run_id, job, result.ok)
     except process.Interrupted as err:
-        result.status, result.error = "KILLED", f"interrupted by {err}"
-        result.run_id = recorder.finish()
-        store.terminate(uri, result.run_id, "KILLED", result.error)
+        with process.signals_deferred():  # a second Ctrl-C must not leave the run RUNNING
+            result.status, result.error = "KILLED", f"interrupted by {err}"
+            if recorder.finish_quietly():
+                result.run_id = recorder.run_id
+                _log_outputs_quietly(uri, result.run_id, job)
+                with contextlib.suppress(Exception):
+                    _log_resolved(uri, result.run_id, job, plan, result)
+                heartbeat.let_go(result.run_id)
+                store.terminate(uri, result.run_id, "KILLED", result.error)
         raise
     except Exception as err:  # a launcher bug must not leave the run RUNNING
         result.status, result.error = "FAILED", f"{type(err).__name__}: {err}"
-        if recorder.run_id:
-            recorder.finish_quietly()
+        if recorder.finish_quietly():
+            heartbeat.let_go(recorder.run_id)
             store.terminate(uri, recorder.run_id, "FAILED", result.error)
         raise
     result.wall_time_s = time.monotonic() - started
-    store.set_tags(uri, result.run_id, {"xpdist.wall_time_s": f"{result.wall_time_s:.2f}"})
-    store.terminate(uri, result.run_id, result.status, result.error)
+    with process.signals_deferred():
+        heartbeat.let_go(result.run_id)
+        store.set_tags(uri, result.run_id, {"xpdist.wall_time_s": f"{result.wall_time_s:.2f}"})
+        store.terminate(uri, result.run_id, result.status, result.error)
     return result
+
+
+def one_line(err: BaseException) -> str:
+    """The first non-empty line of an exception, after its type."""
+    first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
+def write_job_files(job: JobDir, spec: JobSpec) -> None:
+    """Writes the job directory's spec; a directory that cannot be written is one line.
+
+    Raises:
+        ConfigError: naming hydra.run.dir, where the job directory lives.
+    """
+    try:
+        spec.write(job)
+    except OSError as err:
+        raise ConfigError("hydra.run.dir", str(job.root), f"the job directory cannot be written ({err.strerror})",
+                          "Free space there or point hydra.run.dir elsewhere.") from None
 
 
 class _Recorder(threading.Thread):
     """The job's MLflow side, beside the task: creates the run, then relays the task's metrics.
 
     Creating the run (importing MLflow, opening the store) takes seconds; done here it
-    overlaps the task's TensorFlow import instead of delaying the task's start.
+    overlaps the task's TensorFlow import instead of delaying the task's start. Its outcome
+    is written to JobDir.run_ready, which the task waits for before it trains.
     """
 
-    def __init__(self, uri: str, job: JobDir, create: Callable[[], str]):
+    def __init__(self, uri: str, job: JobDir, create: Callable[[], str], heartbeat_s: float):
         super().__init__(name="xpdist-recorder", daemon=True)
-        self._uri, self._job, self._create = uri, job, create
+        self._uri, self._job, self._create, self._heartbeat_s = uri, job, create, heartbeat_s
         self.run_id: Optional[str] = None
         self.error: Optional[BaseException] = None
         self.relay: Optional[MetricRelay] = None
@@ -144,11 +194,29 @@ class _Recorder(threading.Thread):
     def run(self) -> None:
         try:
             self.run_id = self._create()
+            heartbeat.keep_alive(self._uri, self.run_id, self._heartbeat_s)
             store.log_artifacts(self._uri, self.run_id, [self._job.config, self._job.overrides])
             self.relay = MetricRelay(self._uri, self.run_id, self._job.metrics)
             self.relay.start()
         except BaseException as err:  # re-raised in the main thread by finish()
             self.error = err
+            self._abandon(err)
+            return
+        try:
+            RunReady(run_id=self.run_id).write(self._job)
+        except OSError as err:
+            self.error = err
+            self._abandon(err)
+
+    def _abandon(self, err: BaseException) -> None:
+        """Creating the run failed: the run (if made) is closed, the task told to stop."""
+        if self.run_id:
+            heartbeat.let_go(self.run_id)
+            with contextlib.suppress(Exception):
+                store.terminate(self._uri, self.run_id, "FAILED", f"the run could not be set up: {one_line(err)}")
+        with contextlib.suppress(OSError):  # a task started later reads it and stops
+            RunReady(error=one_line(err)).write(self._job)
+        process.abort_tasks()  # no need to wait for TensorFlow's import to stop them
 
     def finish(self) -> str:
         """Waits for the run, logs the last metrics; returns the run id (raises what creating it raised)."""
@@ -158,11 +226,13 @@ class _Recorder(threading.Thread):
         self.relay.stop()
         return self.run_id
 
-    def finish_quietly(self) -> None:
+    def finish_quietly(self) -> bool:
+        """finish() that never raises; whether the run exists and is open."""
         try:
             self.finish()
         except Exception:
             pass
+        return self.run_id is not None and self.error is None
 
     def final_metrics(self) -> Dict[str, float]:
         """Each epoch metric's last value, and the run's summary figures."""
@@ -170,11 +240,45 @@ class _Recorder(threading.Thread):
         return {k: v for k, v in latest.items() if not k.startswith("batch_")}
 
 
-def _log_outputs(uri: str, run_id: str, job: JobDir) -> None:
-    """The trained model and the checkpoints the chief task left in the job directory."""
-    store.log_artifacts(uri, run_id, [job.model], "model")
+def _creation_params(config: Dict[str, Any], plan: Plan) -> Dict[str, str]:
+    """The params a run is created with; those TensorFlow decides (strategy=tpu) come later."""
+    params = run_params(config, plan)
+    if resolved_at_run_time(plan):
+        for key in RESOLVED_BY_TASK:
+            params.pop(key, None)
+    return params
+
+
+def _log_resolved(uri: str, run_id: str, job: JobDir, plan: Plan, result: JobResult) -> None:
+    """strategy=tpu: logs the replica count, global batch and learning rate the task reported.
+
+    MLflow params cannot change once logged, so they are logged once known, from the task's
+    resolved.json; a task that died before its strategy existed leaves them out: no guess.
+    """
+    if not resolved_at_run_time(plan):
+        return
+    resolved = job.read_resolved()
+    if resolved is None:
+        return
+    store.log_params(uri, run_id, {key: getattr(resolved, key) for key in RESOLVED_BY_TASK})
+    result.num_replicas, result.global_batch_size = resolved.num_replicas, resolved.global_batch_size
+
+
+def _log_outputs(uri: str, run_id: str, job: JobDir, finished: bool = True) -> None:
+    """The trained model and the checkpoints the chief task left in the job directory.
+
+    Checkpoints are logged whatever the status: a FAILED or KILLED run resumes from them
+    (tracking.resume) where its job directory is gone (another node after a requeue).
+    """
+    if finished:
+        store.log_artifacts(uri, run_id, [job.model], "model")
     if job.checkpoints.is_dir() and any(job.checkpoints.iterdir()):
         store.log_artifacts(uri, run_id, [job.checkpoints], "checkpoints")
+
+
+def _log_outputs_quietly(uri: str, run_id: str, job: JobDir) -> None:
+    with contextlib.suppress(Exception):
+        _log_outputs(uri, run_id, job, finished=False)
 
 
 def _run_member(plain, plan: Plan, job: JobDir, cluster_env: ClusterEnv, result: JobResult,
@@ -203,7 +307,7 @@ def _tags(plan: Plan, ctx: JobContext) -> Dict[str, str]:
 
 
 def _record_rejected(config: Dict[str, Any], ctx: JobContext, uri: str, error: str) -> Optional[str]:
-    params = flatten(config)
+    params = rejected_params(config)
     name = f"{ctx.job_num}-rejected" if ctx.job_num is not None else "rejected"
     run_id = store.create_run(uri, config["tracking"]["experiment"], name, params,
                               {"xpdist.overrides": " ".join(ctx.overrides) or "(none)",

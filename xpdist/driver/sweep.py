@@ -23,7 +23,7 @@ from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import SWEEP_FILE
 from xpdist.driver import preflight, sweep_check
 from xpdist.report import summary
-from xpdist.tracking import store
+from xpdist.tracking import heartbeat, reap, store
 
 SUMMARY_DIR = "summary"
 
@@ -58,6 +58,7 @@ def _close_open_runs(info: Dict[str, Any], why: str, status: str = "KILLED") -> 
     for run in _children(uri, parent_id):
         if run.info.status == "RUNNING":
             store.terminate(uri, run.info.run_id, status, why)
+    heartbeat.let_go(parent_id)
     if store.retry(store.client(uri).get_run, parent_id).info.status == "RUNNING":
         store.terminate(uri, parent_id, status, why)
 
@@ -78,10 +79,25 @@ def abort(why: str, status: str = "KILLED") -> None:
 
 
 def _children(uri: str, parent_id: str) -> List[Any]:
+    """The sweep's child runs, in every experiment: tracking.experiment may be swept."""
     mlflow_client = store.client(uri)
-    parent = store.retry(mlflow_client.get_run, parent_id)
-    return store.retry(mlflow_client.search_runs, [parent.info.experiment_id],
-                          filter_string=f"tags.mlflow.parentRunId = '{parent_id}'", max_results=10000)
+    experiments = [e.experiment_id for e in store.retry(mlflow_client.search_experiments)]
+    return store.retry(mlflow_client.search_runs, experiments,
+                       filter_string=f"tags.mlflow.parentRunId = '{parent_id}'", max_results=10000)
+
+
+def refuse_swept_store(overrides: List[str]) -> None:
+    """A sweep records its parent and every child in one store: sweeping tracking.uri is
+    refused before any job starts (one line, exit 2) rather than silently ignored."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for text, override in zip(overrides, OverridesParser.create().parse_overrides(overrides)):
+        if override.get_key_element() == "tracking.uri" and override.is_sweep_override():
+            error = ConfigError("tracking.uri", text.split("=", 1)[1],
+                                "a sweep records its parent and child runs in one store",
+                                "Run one sweep per store (set tracking.uri once per command).")
+            print(f"xpdist: error: {error}", file=sys.stderr, flush=True)
+            raise SystemExit(2)
 
 
 def swept_overrides(config: DictConfig) -> List[str]:
@@ -113,12 +129,16 @@ class SweepCallback(Callback):
         sweep_dir = Path(hc.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         overrides = swept_overrides(config)
+        refuse_swept_store(overrides)
+        reap.announce(reap.close_stale(uri, config.tracking.heartbeat_timeout_s))
         name = f"sweep-{time.strftime('%Y%m%d-%H%M%S')} " + " ".join(overrides)
         tags = {"xpdist.sweep": "true", "xpdist.overrides": " ".join(overrides) or "(none)",
                 "xpdist.sweep_dir": str(sweep_dir.resolve()), "mlflow.source.name": "python -m xpdist -m"}
         tags.update({f"sweep.{item.split('=', 1)[0].lstrip('+~')}": item.split("=", 1)[-1] for item in overrides})
         # Created here, once: parallel jobs that create the store or experiment race.
+        tags.update(heartbeat.initial_tags(config.tracking.heartbeat_s))
         run_id = store.create_run(uri, config.tracking.experiment, name.strip(), {}, tags)
+        heartbeat.keep_alive(uri, run_id, config.tracking.heartbeat_s)
         info = {"parent_run_id": run_id, "tracking_uri": uri, "experiment": config.tracking.experiment}
         (sweep_dir / SWEEP_FILE).write_text(json.dumps(info, indent=2))
         _State.open_sweep = info
@@ -140,6 +160,7 @@ class SweepCallback(Callback):
         error = None
         if failed or not rows:
             error = f"{len(failed)} of {len(rows)} jobs failed" if rows else "no job recorded a run"
+        heartbeat.let_go(parent_id)
         store.terminate(uri, parent_id, "FAILED" if error else "FINISHED", error)
         _State.open_sweep = None
 

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from xpdist.tracking import store
+from xpdist.tracking import reap, store
 from xpdist.report import plots, tables
 from xpdist.report.runs import DEFAULT_UI, ReportError, compare_url, open_store, read_rows, select_runs
 
@@ -42,6 +42,7 @@ def build(uri: str, out_dir: Path, experiment: Optional[str] = None, sweep: Opti
         ReportError: bad input, naming the command-line argument at fault.
     """
     mlflow_client = open_store(uri)
+    reap.announce(reap.close_stale(uri))  # a run whose driver was lost is reported FAILED, not RUNNING
     runs, parent, title = select_runs(mlflow_client, experiment, sweep, run_ids)
     if not runs:
         raise ReportError("--experiment", f"experiment {experiment!r} has no runs yet")

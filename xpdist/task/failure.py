@@ -9,6 +9,7 @@ the first line that is none of these.
 
 from __future__ import annotations
 
+import errno
 import re
 from pathlib import Path
 
@@ -48,3 +49,21 @@ def one_line(err: BaseException, traceback_file: Path) -> str:
     cause = root_cause(err)
     head = f"{type(err).__name__}: {cause}" if cause else type(err).__name__
     return f"{head} (traceback: {traceback_file})"
+
+
+# TensorFlow's errors that a restart may cure: a peer that went away or a collective that
+# timed out. Matched by name: this module must not import TensorFlow before the environment is set.
+_NETWORK_ERRORS = {"UnavailableError", "DeadlineExceededError", "AbortedError"}
+
+
+def retryable(err: BaseException) -> bool:
+    """Whether a restart could cure err: a network-type error, not a bug in code, config or data."""
+    names = {cls.__name__ for cls in type(err).__mro__}
+    return bool(names & _NETWORK_ERRORS) or isinstance(err, (ConnectionError, TimeoutError))
+
+
+def disk_full(err: BaseException) -> bool:
+    """No space left for the job directory (TensorFlow's file errors carry only the message)."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return "No space left on device" in str(err) or "Disk quota exceeded" in str(err)

@@ -18,7 +18,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from xpdist.core.clusterenv import ClusterEnv
-from xpdist.core.jobdir import JobDir, JobSpec, TaskResult
+from xpdist.core.jobdir import (EXIT_DISK_FULL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_RETRYABLE, JobDir, JobSpec,
+                                TaskResult)
 from xpdist.core.plan import Plan
 from xpdist.core.taskenv import DRIVER_PID_ENV
 from xpdist.task import failure, runner
@@ -63,23 +64,31 @@ def main(argv=None) -> int:
     prepare_environment(cfg, spec.plan)
     signal.signal(signal.SIGTERM, _raise_interrupt)
 
-    def write(status: str, error: str = None) -> None:
-        if cluster.is_chief:
-            TaskResult(status, error, process_started_at()).write(job)
+    def write(status: str, error: str = None, may_retry: bool = False) -> None:
+        if cluster.is_chief:  # on a full disk the exit code tells the driver instead
+            with contextlib.suppress(OSError):
+                TaskResult(status, error, process_started_at(), may_retry).write(job)
 
     try:
         runner.run(cfg, spec, job, cluster)
     except KeyboardInterrupt:
         write("KILLED", "interrupted")
-        return 130
+        return EXIT_INTERRUPTED
+    except runner.NoRun as err:  # the driver says why in its own one line
+        write("FAILED", f"stopped before training: {err}")
+        return EXIT_FAILED
     except Exception as err:  # every failure becomes a one-line account in the run
-        job.task_error.write_text("".join(traceback.format_exception(err)))
+        with contextlib.suppress(OSError):
+            job.task_error.write_text("".join(traceback.format_exception(err)))
         line = failure.one_line(err, job.task_error)
-        write("FAILED", line)
+        may_retry = failure.retryable(err)
+        write("FAILED", line, may_retry)
         if cfg.verbose:
             traceback.print_exc()
         print(f"xpdist task: {line}", file=sys.stderr, flush=True)
-        return 1
+        if failure.disk_full(err):
+            return EXIT_DISK_FULL
+        return EXIT_RETRYABLE if may_retry else EXIT_FAILED
     write("FINISHED")
     return 0
 

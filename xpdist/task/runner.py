@@ -6,6 +6,7 @@ Each step is a small function so that cluster roles and trainers reuse them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -15,11 +16,28 @@ from pathlib import Path
 from typing import Dict
 
 from xpdist.core.clusterenv import ClusterEnv
-from xpdist.core.jobdir import JobDir, JobSpec, MetricFile
-from xpdist.core.plan import Plan
+from xpdist.core.jobdir import JobDir, JobSpec, MetricFile, RunReady
+from xpdist.core.plan import Plan, resolved_at_run_time, with_replicas
 from xpdist.task import data, models, strategies
 from xpdist.task.train import ctl, fit, ps_ctl
 from xpdist.task.train.common import TrainContext
+
+
+class NoRun(RuntimeError):
+    """The driver could not create the MLflow run: the task stops before training."""
+
+
+def wait_for_run(job: JobDir) -> None:
+    """Blocks until the driver has created the MLflow run; TensorFlow's import and the model
+    build overlap with its creation, training never does: a store that cannot be written
+    must end the command before any training, not after it.
+
+    Raises:
+        NoRun: creating the run failed.
+    """
+    ready = RunReady.wait(job)
+    if ready.error:
+        raise NoRun(ready.error)
 
 
 def start_tensorflow(cfg):
@@ -51,7 +69,7 @@ def _stderr_silenced():
 def build_strategy(tf, cfg, plan: Plan):
     strategy = strategies.build(tf, cfg, plan)
     replicas = strategy.num_replicas_in_sync
-    if plan.strategy != "tpu" and replicas != plan.num_replicas:
+    if not resolved_at_run_time(plan) and replicas != plan.num_replicas:
         raise RuntimeError(f"strategy={plan.strategy} runs {replicas} replicas, but {plan.num_replicas} were planned "
                            f"from devices {plan.devices}; set strategy.devices explicitly")
     return strategy
@@ -66,7 +84,7 @@ def build_context(tf, cfg, spec: JobSpec, strategy, job: JobDir, cluster: Cluste
         model = models.build_model(keras, cfg, arrays.input_shape, arrays.num_outputs)
         optimizer = models.build_optimizer(keras, cfg, plan.learning_rate)
     logger = MetricFile(job.metrics) if cluster.is_chief else None
-    logged = set(logger.steps_with("epoch_time_s")) if logger is not None else set()
+    logged = set(logger.steps_with("epoch_time_s")) | set(spec.logged_epochs) if logger is not None else set()
     return TrainContext(tf=tf, keras=keras, cfg=cfg, plan=plan, strategy=strategy, model=model, optimizer=optimizer,
                         arrays=arrays, job=job, cluster=cluster, logger=logger, logged_epochs=logged)
 
@@ -123,7 +141,13 @@ def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> None:
             return
     strategy = build_strategy(tf, cfg, plan)
     job.mark_ready(cluster.file_name)
+    if resolved_at_run_time(plan):  # the batch and learning rate follow the replicas TensorFlow found
+        spec = dataclasses.replace(spec, plan=with_replicas(cfg, plan, strategy.num_replicas_in_sync))
+        if cluster.is_chief:
+            job.write_resolved(spec.plan)
     ctx = build_context(tf, cfg, spec, strategy, job, cluster)
+    if cluster.is_chief:  # the other workers wait for the chief in their first collective
+        wait_for_run(job)
     final = train(ctx)
     if ctx.logger is not None:  # the run's summary figures, at the last epoch's step
         summary = {k: final[k] for k in ("steady_examples_per_sec", "first_step_s") if k in final}

@@ -67,3 +67,19 @@ def run_params(config: Dict[str, Any], plan: Plan, extra: Optional[Dict[str, Any
     })
     params.update(extra or {})
     return {k: str(v) for k, v in params.items()}
+
+
+def rejected_params(config: Dict[str, Any]) -> Dict[str, str]:
+    """The params of a sweep job rejected before it had a plan: the same keys as run_params,
+    so it lines up with its siblings; what only a plan knows (replicas, batch) is "none"."""
+    strategy = config["strategy"]["name"]
+    params = flatten(config)
+    params.update({key: "none" for key in SUMMARY_PARAMS})
+    params.update({
+        "strategy": strategy, "cluster": config["cluster"]["name"], "model": config["model"]["name"],
+        "dataset": config["dataset"]["name"], "trainer": config["trainer"]["name"], "keras": str(config["keras"]),
+        "cross_ops": config["cross_ops"]["name"] if strategy == "mirrored" else "none",
+        "communication": config["communication"]["name"] if strategy == "multi_worker_mirrored" else "none",
+        "tf_version": tf_version(),
+    })
+    return {k: str(v) for k, v in params.items()}

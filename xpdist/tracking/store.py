@@ -111,6 +111,12 @@ def set_tags(uri: str, run_id: str, tags: Dict[str, str]) -> None:
     retry(client(uri).log_batch, run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
 
+def log_params(uri: str, run_id: str, params: Dict[str, str]) -> None:
+    from mlflow.entities import Param
+
+    retry(client(uri).log_batch, run_id, params=[Param(k, str(v)) for k, v in params.items()])
+
+
 def terminate(uri: str, run_id: str, status: str, error: Optional[str] = None) -> None:
     """Closes a run as FINISHED, FAILED or KILLED; an error message goes in ERROR_TAG."""
     mlflow_client = client(uri)

@@ -6,9 +6,12 @@ servers: in-process parameter-server clusters can deadlock on a 2-core machine.
 
 The launcher watches every task. The chief (worker 0 for multi_worker_mirrored, the
 coordinator for parameter_server) ends the training; any other task that dies is a failure,
-except a parameter_server worker, which ClusterCoordinator tolerates. A failure restarts the
-cluster while cluster.max_restarts allows (training resumes from its recovery checkpoints),
-else it stops every task and reports "<task> failed: <its error>".
+except a parameter_server worker, which ClusterCoordinator tolerates. A failure that a
+restart may cure restarts the cluster while cluster.max_restarts allows (training resumes
+from its recovery checkpoints): a task killed by a signal, lost (it did not start in time),
+or failed with a network-type error (outcome.may_retry). A Python exception in user code,
+config or data, or a full disk, is never retried: it would fail the same way again. Else it
+stops every task and reports "<task> failed: <its error>".
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import portpicker
 
 from xpdist.core.jobdir import JobDir
 from xpdist.driver.launchers import follow, process
-from xpdist.driver.launchers.outcome import Outcome, describe_exit, outcome_from
+from xpdist.driver.launchers.outcome import Outcome, describe_exit, may_retry, outcome_from
 
 # Seconds between two looks at the tasks.
 POLL_S = 0.25
@@ -52,8 +55,9 @@ class Task:
 class TaskFailed(Exception):
     """A task of the cluster died or reported an error."""
 
-    def __init__(self, task: Task, message: str):
+    def __init__(self, task: Task, message: str, retryable: bool = True):
         self.task = task
+        self.retryable = retryable  # a restart may cure it (see outcome.may_retry)
         super().__init__(f"{task.name} failed: {message}")
 
 
@@ -158,9 +162,9 @@ class Cluster:
 
     def _task_died(self, task: Task, code: int) -> None:
         if not (self.ps_strategy and task.kind == "worker"):
-            raise TaskFailed(task, self.describe(task, code))
+            raise TaskFailed(task, self.describe(task, code), may_retry(code))
         if all(p.poll() not in (None, 0) for t, p in self.procs.items() if t.kind == "worker"):
-            raise TaskFailed(task, self.describe(task, code) + "; no parameter_server worker is left")
+            raise TaskFailed(task, self.describe(task, code) + "; no parameter_server worker is left", may_retry(code))
         # ClusterCoordinator moves this worker's steps to the workers left.
         self.tolerated.add(task)
         print(f"xpdist: {task.name} died ({self.describe(task, code)}); "
@@ -180,7 +184,7 @@ class Cluster:
 
     def describe(self, task: Task, code: int) -> str:
         error = last_error(self.log_of(task))
-        how = error or describe_exit(code).replace("the task", "it")
+        how = error or describe_exit(code, self.job).replace("the task", "it")
         return f"{how} (log: {self.log_of(task)})"
 
     def wait_others(self) -> None:
@@ -206,7 +210,7 @@ def run(cfg, job: JobDir, env: Dict[str, str]) -> Outcome:
                     code = cluster.watch()
                 except TaskFailed as failure:
                     cluster.stop(signal.SIGKILL, grace_s=FAILURE_GRACE_S)
-                    if restarts >= cfg.cluster.max_restarts:
+                    if restarts >= cfg.cluster.max_restarts or not failure.retryable or process.aborted():
                         return Outcome("FAILED", str(failure), restarts)
                     restarts += 1
                     _note(cluster, f"{failure}; restarting the cluster ({restarts}/{cfg.cluster.max_restarts})")
@@ -216,7 +220,8 @@ def run(cfg, job: JobDir, env: Dict[str, str]) -> Outcome:
                 else:  # the others may be stuck in a collective with the dead chief
                     cluster.stop(signal.SIGKILL, grace_s=FAILURE_GRACE_S)
                 outcome = outcome_from(job, code)
-                if outcome.status == "FAILED" and restarts < cfg.cluster.max_restarts and code != 0:
+                if (outcome.status == "FAILED" and restarts < cfg.cluster.max_restarts and code != 0
+                        and outcome.retryable and not process.aborted()):
                     restarts += 1
                     _note(cluster, f"{cluster.chief.name} failed: {outcome.error}; restarting the cluster "
                                    f"({restarts}/{cfg.cluster.max_restarts})")

@@ -6,7 +6,7 @@ import signal
 from dataclasses import dataclass
 from typing import Optional
 
-from xpdist.core.jobdir import JobDir, TaskResult
+from xpdist.core.jobdir import EXIT_DISK_FULL, EXIT_RETRYABLE, JobDir, TaskResult
 
 
 @dataclass
@@ -15,11 +15,23 @@ class Outcome:
     error: Optional[str] = None
     # cluster=localhost: times the cluster was restarted after a task died.
     restarts: int = 0
+    # A restart may cure the failure (see may_retry).
+    retryable: bool = False
 
 
-def describe_exit(code: int) -> str:
+def may_retry(code: int) -> bool:
+    """Whether a task that ended with this exit code failed in a way a restart may cure:
+    killed by a signal (lost, OOM-killed, preempted) or a network-type error (EXIT_RETRYABLE).
+    Never a Python exception in user code, config or data, nor a full disk."""
+    return code < 0 or code == EXIT_RETRYABLE
+
+
+def describe_exit(code: int, job: JobDir = None) -> str:
     if code < 0:
         return f"the task was killed by {signal.Signals(-code).name}"
+    if code == EXIT_DISK_FULL:
+        where = f" {job.root}" if job is not None else ""
+        return f"no space left on device for the job directory{where}"
     return f"the task exited with code {code}"
 
 
@@ -29,10 +41,12 @@ def outcome_from(job: JobDir, code: int, chief: bool = True) -> Outcome:
     A task that is not the chief writes no result: its exit code is its outcome.
     """
     if not chief:
-        return Outcome("FINISHED") if code == 0 else Outcome("FAILED", describe_exit(code))
+        return Outcome("FINISHED") if code == 0 else Outcome("FAILED", describe_exit(code, job), 0, may_retry(code))
     result = TaskResult.read(job)
     if code == 0 and result is not None and result.status == "FINISHED":
         return Outcome("FINISHED")
+    if code == EXIT_DISK_FULL:  # its result.json may be the one that did not fit
+        return Outcome("FAILED", describe_exit(code, job))
     if result is None or result.status == "FINISHED":
-        return Outcome("FAILED", describe_exit(code))
-    return Outcome(result.status, result.error or describe_exit(code))
+        return Outcome("FAILED", describe_exit(code, job), 0, may_retry(code))
+    return Outcome(result.status, result.error or describe_exit(code, job), 0, bool(result.retryable) or code < 0)

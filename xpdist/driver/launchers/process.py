@@ -15,7 +15,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import weakref
 from pathlib import Path
 from typing import IO, Dict, Iterator, List, Optional, Sequence
 
@@ -47,6 +49,49 @@ def signals_raise() -> Iterator[None]:
             signal.signal(s, h)
 
 
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[List[int]]:
+    """Inside the block SIGINT and SIGTERM are noted, not raised: cleanup (stopping tasks,
+    closing the run) runs to its end even when Ctrl-C is pressed again. Yields the list of
+    signals received. Outside the main thread (where handlers cannot be set) it does nothing.
+    """
+    received: List[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = {s: signal.signal(s, lambda signum, _frame: received.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+# Every task process started and not yet reaped, for abort_tasks().
+_started: "weakref.WeakSet[subprocess.Popen]" = weakref.WeakSet()
+
+
+class _Abort:
+    requested = False
+
+
+def abort_tasks(abort: bool = True) -> None:
+    """Kills every task process of this driver (from any thread) and forbids restarts:
+    the job cannot go on (its MLflow run could not be set up). abort_tasks(False), at the
+    start of a job, allows them again."""
+    _Abort.requested = abort
+    if not abort:
+        return
+    for proc in list(_started):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def aborted() -> bool:
+    return _Abort.requested
+
+
 def task_command(job_dir: Path, extra: Sequence[str] = ()) -> List[str]:
     return [sys.executable, "-m", "xpdist.task", str(job_dir), *extra]
 
@@ -56,20 +101,31 @@ def task_command(job_dir: Path, extra: Sequence[str] = ()) -> List[str]:
 def start(cmd: Sequence[str], env: Dict[str, str], log: Optional[IO] = None) -> subprocess.Popen:
     """Starts a task in its own process group, killed if this process dies."""
     env = {**env, LAUNCHED_AT_ENV: repr(time.time()), DRIVER_PID_ENV: str(os.getpid())}
-    return subprocess.Popen(list(cmd), env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
+    proc = subprocess.Popen(list(cmd), env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
                             start_new_session=True)
+    _started.add(proc)
+    return proc
 
 
 def stop(procs: Sequence[subprocess.Popen], first: int = signal.SIGTERM, grace_s: float = GRACE_S) -> None:
-    """Signals every live process group, waits up to grace_s, then SIGKILLs what is left."""
-    for proc in procs:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, first)
-    deadline = time.monotonic() + grace_s
-    for proc in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    """Signals every live process group, waits up to grace_s, then SIGKILLs what is left.
+
+    A SIGINT or SIGTERM while it waits (a second Ctrl-C) cuts the grace short: SIGKILL at once.
+    """
+    with signals_deferred() as again:
+        for proc in procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, first)
+        deadline = time.monotonic() + grace_s
+        for proc in procs:
+            while not again and proc.poll() is None and time.monotonic() < deadline:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+        _kill_groups(procs)
+
+
+def _kill_groups(procs: Sequence[subprocess.Popen]) -> None:
     for proc in procs:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # the group: anything the task started too

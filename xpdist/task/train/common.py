@@ -135,6 +135,20 @@ def restore_latest(ctx: TrainContext, checkpoint) -> None:
         checkpoint.restore(latest)
 
 
+def resume_epoch(ctx: TrainContext) -> int:
+    """trainer=fit with tracking.resume: restores the latest checkpoint the driver put in the
+    job directory; returns its epoch (0: none). Without tracking.resume Model.fit does not
+    restore here: a restarted localhost cluster resumes through BackupAndRestore instead.
+    """
+    if not ctx.cfg.tracking.resume:
+        return 0
+    latest = ctx.tf.train.latest_checkpoint(str(ctx.job.checkpoints))
+    if not latest:
+        return 0
+    ctx.tf.train.Checkpoint(model=ctx.model, optimizer=ctx.optimizer).restore(latest).expect_partial()
+    return int(latest.rsplit("-", 1)[1])
+
+
 def final_metrics(ctx: TrainContext) -> Dict[str, float]:
     if not ctx.history:
         return {}

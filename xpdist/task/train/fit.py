@@ -7,7 +7,8 @@ from typing import Dict
 
 from xpdist.task.data import global_batches, worker_batches
 from xpdist.task.models import loss_and_metrics
-from xpdist.task.train.common import TrainContext, checkpoint_manager, final_metrics, keep_iterators, record_epoch
+from xpdist.task.train.common import (TrainContext, checkpoint_manager, final_metrics, keep_iterators, record_epoch,
+                                      resume_epoch)
 
 
 def _callbacks(ctx: TrainContext):
@@ -104,7 +105,12 @@ def train(ctx: TrainContext) -> Dict[str, float]:
     val_ds = None
     if plan.validation_steps:
         val_ds = global_batches(tf, arrays.x_val, arrays.y_val, cfg, plan, training=False)
+    initial_epoch = resume_epoch(ctx)
+    if initial_epoch and plan.strategy != "parameter_server":
+        # The batches of the epochs done, skipped: a resumed run sees the data it would have seen.
+        train_ds = train_ds.skip(initial_epoch * plan.steps_per_epoch)
     ctx.model.fit(train_ds, epochs=cfg.trainer.epochs, steps_per_epoch=plan.steps_per_epoch,
                   validation_data=val_ds, validation_steps=plan.validation_steps or None,
-                  callbacks=_callbacks(ctx), shuffle=False, verbose=2 if cfg.trainer.progress else 0)
+                  callbacks=_callbacks(ctx), shuffle=False, verbose=2 if cfg.trainer.progress else 0,
+                  initial_epoch=initial_epoch)
     return final_metrics(ctx)

@@ -1,0 +1,117 @@
+"""tracking.resume=RUN_ID: continue a FAILED or KILLED run from its last checkpoint.
+
+    python -m xpdist <the same overrides> tracking.resume=<run id>
+
+The run is reopened (RUNNING again), not copied: its params stay, its epochs continue
+where its last checkpoint was, and an epoch it had already logged is not logged twice.
+This is what a SLURM requeue (`sbatch --requeue`, with the run id in the job script) or a
+Kubernetes restart of the driver runs. Checkpoints come from the run's job directory
+(the xpdist.job_dir tag) when it is still there, else from the run's `checkpoints/`
+artifacts, which are logged whatever the run's status.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List
+
+from xpdist.core.errors import ConfigError
+from xpdist.core.jobdir import JobDir
+from xpdist.tracking import store
+
+# Params that may differ between a run and its resumption: where and how it is recorded.
+_FREE = ("tracking.",)
+_RESUMABLE = ("FAILED", "KILLED")
+
+
+@dataclass
+class Resumed:
+    run_id: str
+    # Epochs the run has already logged (the epoch_time_s metric's steps).
+    logged_epochs: List[int] = field(default_factory=list)
+    # The epoch of the checkpoint training continues from (0: none, from the start).
+    from_epoch: int = 0
+
+
+def prepare(uri: str, run_id: str, params: Dict[str, str], job: JobDir) -> Resumed:
+    """Checks that run_id can be resumed with these params and puts its checkpoints in job.
+
+    Raises:
+        ConfigError: no such run, a run not FAILED or KILLED, a param that changed, or
+            epochs logged but no checkpoint to continue from.
+    """
+    from mlflow.exceptions import MlflowException
+
+    mlflow_client = store.client(uri)
+    try:
+        run = store.retry(mlflow_client.get_run, run_id)
+    except MlflowException:
+        raise ConfigError("tracking.resume", run_id, f"no such run in {uri}",
+                          "Give the id of a FAILED or KILLED run of this store (the summary prints it).") from None
+    if run.info.status not in _RESUMABLE:
+        raise ConfigError("tracking.resume", run_id, f"the run is {run.info.status}; only a FAILED or KILLED run "
+                          "continues", "Start a new run (drop tracking.resume).")
+    before = run.data.params
+    # Config keys (dotted) before the summary params derived from them: the line names what the user typed.
+    for key in sorted(set(params) | set(before), key=lambda k: ("." not in k, k)):
+        if key.startswith(_FREE) or params.get(key) == before.get(key):
+            continue
+        raise ConfigError(key, params.get(key, "(unset)"), f"run {run_id} was trained with {key}="
+                          f"{before.get(key, '(unset)')}; a resumed run keeps its params",
+                          f"Resume with {key}={before.get(key, '(unset)')}, or start a new run.")
+    logged = sorted({m.step for m in store.retry(mlflow_client.get_metric_history, run_id, "epoch_time_s")})
+    from_epoch = _fetch_checkpoints(mlflow_client, run, job)
+    if logged and not from_epoch:  # training would start over under epochs already logged
+        if before.get("trainer.keep_checkpoints") == "0":
+            raise ConfigError("trainer.keep_checkpoints", 0, f"run {run_id} kept no checkpoint to continue from",
+                              "Start a new run (drop tracking.resume).")
+        raise ConfigError("tracking.resume", run_id, f"the run logged {len(logged)} epochs but left no checkpoint",
+                          "Start a new run (drop tracking.resume).")
+    # An epoch logged after the last checkpoint is trained again but not logged again.
+    return Resumed(run_id, logged, from_epoch)
+
+
+def _latest_epoch(folder: Path) -> int:
+    """The epoch of the newest checkpoint in folder (CheckpointManager's `checkpoint` index)."""
+    index = folder / "checkpoint"
+    if not index.exists():
+        return 0
+    for line in index.read_text().splitlines():
+        if line.startswith("model_checkpoint_path:"):
+            name = line.split(":", 1)[1].strip().strip('"')
+            return int(name.rsplit("-", 1)[1])
+    return 0
+
+
+def _fetch_checkpoints(mlflow_client, run, job: JobDir) -> int:
+    """Copies the run's checkpoints into job.checkpoints; returns their latest epoch."""
+    shutil.rmtree(job.checkpoints, ignore_errors=True)
+    old = run.data.tags.get("xpdist.job_dir")
+    source = Path(old) / "checkpoints" if old else None
+    if source is not None and _latest_epoch(source):
+        shutil.copytree(source, job.checkpoints)
+        return _latest_epoch(job.checkpoints)
+    names = [a.path for a in store.retry(mlflow_client.list_artifacts, run.info.run_id)]
+    if "checkpoints" not in names:
+        return 0
+    with tempfile.TemporaryDirectory() as scratch:
+        local = store.retry(mlflow_client.download_artifacts, run.info.run_id, "checkpoints", scratch)
+        shutil.copytree(local, job.checkpoints)
+    return _latest_epoch(job.checkpoints)
+
+
+def reopen(uri: str, resumed: Resumed, tags: Dict[str, str]) -> str:
+    """Marks the run RUNNING again, without its old error, and tags it; returns its id."""
+    mlflow_client = store.client(uri)
+    run = store.retry(mlflow_client.get_run, resumed.run_id)
+    count = int(run.data.tags.get("xpdist.resumed", "0")) + 1
+    store.retry(mlflow_client.update_run, resumed.run_id, status="RUNNING")
+    if store.ERROR_TAG in run.data.tags:
+        store.retry(mlflow_client.delete_tag, resumed.run_id, store.ERROR_TAG)
+    keep = {k: v for k, v in tags.items() if k.startswith(("xpdist.heartbeat", "xpdist.job_dir"))}
+    store.set_tags(uri, resumed.run_id, {**keep, "xpdist.resumed": str(count),
+                                         "xpdist.resumed_from_epoch": str(resumed.from_epoch)})
+    return resumed.run_id
