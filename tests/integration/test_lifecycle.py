@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO, TINY, Xpdist, xpdist_env
+from tests.helpers import REPO, TINY, Xpdist, xpdist_env
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).resolve().parent

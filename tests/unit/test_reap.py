@@ -8,7 +8,7 @@ import time
 
 from mlflow.tracking import MlflowClient
 
-from conftest import REPO, xpdist_env
+from tests.helpers import REPO, xpdist_env
 from xpdist.tracking import reap
 from xpdist.tracking.heartbeat import HEARTBEAT_TAG, INTERVAL_TAG
 
