@@ -109,3 +109,45 @@ def test_sbatch_script_as_the_docs_show(xpdist, slurm_env, tmp_path):
     assert runs[0].info.status == "FINISHED", text
     assert runs[0].data.params["num_replicas"] == "2"
     assert (xpdist.workdir / "outputs" / f"slurm-{job}" / "task-1").is_dir()
+
+
+def wait_gone(env, job: str, timeout: float) -> None:
+    """Until the job has left the queue (ended), or fails the test."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=env, capture_output=True,
+                              text=True).stdout.strip():
+            return
+        time.sleep(2)
+    pytest.fail(f"job {job} still queued after {timeout}s")
+
+
+def test_requeued_job_resumes_into_the_same_run(xpdist, slurm_env, tmp_path):
+    """`scontrol requeue` mid-training: the job starts again, resumes from its checkpoint and
+    continues its MLflow run, each epoch logged once."""
+    env = slurm_client_env(slurm_env, {"MLFLOW_TRACKING_URI": xpdist.uri})
+    script = tmp_path / "train.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --requeue\n#SBATCH --output=train-%j.out\n"
+                      f"srun {sys.executable} -m xpdist trainer=ctl dataset.num_examples=2000 trainer.epochs=4 "
+                      "trainer.keep_checkpoints=5 trainer.progress=false hydra.run.dir=$PWD/outputs/slurm-$SLURM_JOB_ID\n")
+    job = subprocess.run(["sbatch", "--parsable", str(script)], cwd=xpdist.workdir, env=env, capture_output=True,
+                         text=True, check=True).stdout.strip().split(";")[0]
+    first_checkpoint = xpdist.workdir / "outputs" / f"slurm-{job}" / "checkpoints" / "ckpt-1.index"
+    deadline = time.monotonic() + 300
+    while not first_checkpoint.exists():
+        assert time.monotonic() < deadline, (xpdist.workdir / f"train-{job}.out").read_text()
+        time.sleep(0.2)
+    time.sleep(0.5)  # the checkpoint's other files
+    saved = first_checkpoint.stat().st_mtime_ns
+    subprocess.run(["scontrol", "requeue", job], env=env, check=True, capture_output=True)
+    wait_gone(env, job, 480)
+    log = (xpdist.workdir / f"train-{job}.out").read_text()
+    runs = xpdist.runs()
+    assert len(runs) == 1, log
+    run = runs[0]
+    assert run.info.status == "FINISHED", log
+    assert run.data.tags["xpdist.slurm_restarts"] == "1"
+    for key in ("loss", "epoch_time_s"):
+        assert epochs(xpdist, run, key) == [1, 2, 3, 4], log
+    # Resumed, not started over: epoch 1 was not trained (and checkpointed) again.
+    assert first_checkpoint.stat().st_mtime_ns == saved

@@ -22,7 +22,7 @@ from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir, JobSpec
 from xpdist.core.plan import Plan
-from xpdist.driver import launchers, preflight
+from xpdist.driver import launchers, preflight, requeue
 from xpdist.driver.launchers import process
 from xpdist.tracking import store
 from xpdist.tracking.params import flatten, run_params
@@ -91,14 +91,17 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
     result.run_name = plan.run_name if ctx.job_num is None else f"{ctx.job_num}-{plan.run_name}"
     result.num_replicas, result.global_batch_size = plan.num_replicas, plan.global_batch_size
     job = JobDir(ctx.job_dir)
-    JobSpec(config, plan, uri, str(ctx.launch_dir), list(ctx.overrides)).write(job)
     cluster_env = ClusterEnv.from_environ(plain.cluster.name)
+    # A SLURM job that SLURM requeued continues its run; its task resumes from the job dir.
+    reopened = requeue.find_run(uri, plain.tracking.experiment) if cluster_env.is_chief and not ctx.parent_run_id \
+        else None
+    JobSpec(config, plan, uri, str(ctx.launch_dir), list(ctx.overrides)).write(job, keep_metrics=bool(reopened))
     if not cluster_env.is_chief:
         return _run_member(plain, plan, job, cluster_env, result, started)
     # The task starts now and imports TensorFlow while this process creates the MLflow run.
-    recorder = _Recorder(uri, job, lambda: store.create_run(
+    recorder = _Recorder(uri, job, lambda: requeue.reopen(uri, reopened) if reopened else store.create_run(
         uri, plain.tracking.experiment, result.run_name, run_params(config, plan), _tags(plan, ctx),
-        ctx.parent_run_id))
+        ctx.parent_run_id), relay_from_end=bool(reopened))
     recorder.start()
     try:
         env = process.task_env({"MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"})
@@ -134,9 +137,10 @@ class _Recorder(threading.Thread):
     overlaps the task's TensorFlow import instead of delaying the task's start.
     """
 
-    def __init__(self, uri: str, job: JobDir, create: Callable[[], str]):
+    def __init__(self, uri: str, job: JobDir, create: Callable[[], str], relay_from_end: bool = False):
         super().__init__(name="xpdist-recorder", daemon=True)
         self._uri, self._job, self._create = uri, job, create
+        self._relay_from_end = relay_from_end  # the lines there were relayed by an earlier start
         self.run_id: Optional[str] = None
         self.error: Optional[BaseException] = None
         self.relay: Optional[MetricRelay] = None
@@ -145,7 +149,7 @@ class _Recorder(threading.Thread):
         try:
             self.run_id = self._create()
             store.log_artifacts(self._uri, self.run_id, [self._job.config, self._job.overrides])
-            self.relay = MetricRelay(self._uri, self.run_id, self._job.metrics)
+            self.relay = MetricRelay(self._uri, self.run_id, self._job.metrics, from_end=self._relay_from_end)
             self.relay.start()
         except BaseException as err:  # re-raised in the main thread by finish()
             self.error = err
@@ -192,7 +196,7 @@ def _run_member(plain, plan: Plan, job: JobDir, cluster_env: ClusterEnv, result:
 def _tags(plan: Plan, ctx: JobContext) -> Dict[str, str]:
     tags = {"strategy": plan.strategy, "cross_ops": plan.cross_ops, "communication": plan.communication,
             "cluster": plan.cluster, "xpdist.overrides": " ".join(ctx.overrides) or "(none)",
-            "mlflow.source.name": "python -m xpdist"}
+            "mlflow.source.name": "python -m xpdist", **requeue.tags()}
     if ctx.job_num is not None:  # the job's index in its sweep, for the sweep's table
         tags["xpdist.job"] = str(ctx.job_num)
     commit = store.git_commit(ctx.launch_dir)
