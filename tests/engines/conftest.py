@@ -81,6 +81,11 @@ class Tracking:
                 "--pidfile", str(self.pidfile), "--log", str(self.pidfile.with_suffix(".log")), "--timeout", "180"]
         subprocess.run(argv, capture_output=True, text=True, timeout=210, check=True)
 
+    def start_if_stopped(self) -> None:
+        """Leaves the server up for the next test, whatever happened to this one."""
+        if not self.pidfile.exists():
+            self.start()
+
 
 @pytest.fixture(scope="session")
 def tracking(pg_uri, request) -> Tracking:

@@ -145,10 +145,11 @@ def test_multi_worker_mirrored_with_a_cut_link_fails_naming_the_task(cluster_fac
     elapsed = time.monotonic() - cut_at
     assert code != 0, out
     assert elapsed < timeout_s + 60, (elapsed, out)
-    errors = [line for line in out.splitlines() if "error:" in line]
-    assert errors and any("task:1" in line or "worker:1" in line or hosts[1].address in line for line in errors), out
+    errors = [line.strip() for line in out.splitlines() if line.strip().startswith("error:")]
+    assert len(errors) == 1 and "task worker:1 unreachable" in errors[0], out
     _, runs = cluster.runs()
     assert len(runs) == 1 and runs[0].info.status == "FAILED"
+    assert "task worker:1 unreachable" in runs[0].data.tags["xpdist.error"]
 
 
 def test_parameter_server_goes_on_when_a_worker_is_cut_off(cluster_factory, hosts):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import sys
 import traceback
@@ -25,9 +26,22 @@ from xpdist.task import runner
 from xpdist.task.train.common import process_started_at
 
 
+# TensorFlow's health check names the tasks a worker lost (MultiWorkerMirroredStrategy).
+_UNHEALTHY = re.compile(r"following tasks are unhealthy \(([^)]*)\):\s*((?:/job:\S+\s*)+)")
+# Lines of a graph-mode error that say where, not what.
+_WHERE = ("Graph execution error:", "Detected at node", "File ", "The error could be from", "[[")
+
+
 def _one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    first = next((line for line in text if line.strip()), "")
+    text = str(err).strip()
+    unhealthy = _UNHEALTHY.search(text)
+    if unhealthy:  # e.g. a worker's link cut: say which task, not "Graph execution error:"
+        tasks = ", ".join(re.sub(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)", r"\1:\2", t)
+                          for t in unhealthy.group(2).split())
+        return f"{type(err).__name__}: task {tasks} unreachable ({unhealthy.group(1)}); collective ops aborted"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    telling = [line for line in lines if not line.startswith(_WHERE)]
+    first = (telling or lines or [""])[0]
     return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
