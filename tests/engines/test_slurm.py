@@ -151,3 +151,45 @@ def test_requeued_job_resumes_into_the_same_run(xpdist, slurm_env, tmp_path):
         assert epochs(xpdist, run, key) == [1, 2, 3, 4], log
     # Resumed, not started over: epoch 1 was not trained (and checkpointed) again.
     assert first_checkpoint.stat().st_mtime_ns == saved
+
+
+def test_sweep_on_slurm_with_a_failed_and_a_cancelled_job(xpdist, slurm_env):
+    """hydra/launcher=slurm against the real controller: one SLURM job per sweep job. The tpu
+    job fails (no TPU), one_device is cancelled mid-training with scancel (its run KILLED),
+    mirrored finishes; the sweep goes on, prints its table and exits non-zero."""
+    env = slurm_client_env(slurm_env)
+    argv = [sys.executable, "-m", "xpdist", "-m", "hydra/launcher=slurm", "strategy=one_device,mirrored,tpu",
+            "trainer=ctl", "dataset.num_examples=2000", "trainer.epochs=20", "trainer.progress=false",
+            "hydra.launcher.partition=debug", "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=10"]
+    proc = subprocess.Popen(argv, cwd=xpdist.workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while True:  # one_device (job 0) has logged an epoch: cancel its SLURM job
+            metrics = list(xpdist.workdir.glob("multirun/*/*/0/metrics.jsonl"))
+            if metrics and "epoch_time_s" in metrics[0].read_text():
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.5)
+        submitted = [p.name for p in xpdist.workdir.glob("multirun/*/*/.submitit/*_*")]
+        assert sorted(name.split("_")[1] for name in submitted) == ["0", "1", "2"], submitted
+        subprocess.run(["scancel", sorted(submitted)[0]], env=env, check=True)
+        out, err = proc.communicate(timeout=480)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, out + err
+    runs = xpdist.runs()
+    parents = [r for r in runs if r.data.tags.get("xpdist.sweep") == "true"]
+    assert len(parents) == 1, [r.info.run_name for r in runs]
+    children = sorted((r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id),
+                      key=lambda r: int(r.data.tags["xpdist.job"]))
+    assert [(c.data.params["strategy"], c.info.status) for c in children] == [
+        ("one_device", "KILLED"), ("mirrored", "FINISHED"), ("tpu", "FAILED")]
+    assert "TPU" in children[2].data.tags["xpdist.error"]
+    assert epochs(xpdist, children[1]) == list(range(1, 21))
+    table = out[out.index("job  overrides"):]
+    for line, status in zip(table.splitlines()[2:5], ("KILLED", "FINISHED", "FAILED")):
+        assert status in line, table
+    assert_no_step_left(slurm_env)

@@ -117,6 +117,7 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
         result.status, result.error = "KILLED", f"interrupted by {err}"
         result.run_id = recorder.finish()
         store.terminate(uri, result.run_id, "KILLED", result.error)
+        result.wall_time_s = time.monotonic() - started
         err.result = result  # a sweep whose jobs a scheduler runs reports it and goes on
         raise
     except Exception as err:  # a launcher bug must not leave the run RUNNING
