@@ -6,6 +6,7 @@ the one MLflow run (a SQLite file in the test's directory: every task of this no
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -171,7 +172,8 @@ def test_sweep_on_slurm_with_a_failed_and_a_cancelled_job(xpdist, slurm_env):
                 break
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.5)
-        submitted = [p.name for p in xpdist.workdir.glob("multirun/*/*/.submitit/*_*")]
+        submitted = [p.name for p in xpdist.workdir.glob("multirun/*/*/.submitit/*_*")
+                     if re.fullmatch(r"\d+_\d+", p.name)]  # one folder per array task
         assert sorted(name.split("_")[1] for name in submitted) == ["0", "1", "2"], submitted
         subprocess.run(["scancel", sorted(submitted)[0]], env=env, check=True)
         out, err = proc.communicate(timeout=480)
@@ -185,8 +187,8 @@ def test_sweep_on_slurm_with_a_failed_and_a_cancelled_job(xpdist, slurm_env):
     assert len(parents) == 1, [r.info.run_name for r in runs]
     children = sorted((r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id),
                       key=lambda r: int(r.data.tags["xpdist.job"]))
-    assert [(c.data.params["strategy"], c.info.status) for c in children] == [
-        ("one_device", "KILLED"), ("mirrored", "FINISHED"), ("tpu", "FAILED")]
+    assert [(c.data.tags["xpdist.overrides"].split()[0], c.info.status) for c in children] == [
+        ("strategy=one_device", "KILLED"), ("strategy=mirrored", "FINISHED"), ("strategy=tpu", "FAILED")]
     assert "TPU" in children[2].data.tags["xpdist.error"]
     assert epochs(xpdist, children[1]) == list(range(1, 21))
     table = out[out.index("job  overrides"):]
