@@ -7,11 +7,32 @@ cd "$(dirname "$0")/.."
 
 python -m pip install --quiet --disable-pip-version-check -e ".[test]"
 
-if ! command -v chromium >/dev/null 2>&1; then
-  echo "scripts/test.sh: installing Debian's chromium for the MLflow UI browser test"
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+# Debian packages the browser and engine tests need: chromium (MLflow UI test), slurm-wlm and
+# munge (a real single-node SLURM), postgresql (the MLflow server's database), iproute2
+# (network namespaces). Without apt-get, or without root or sudo, the tests that need them skip
+# with the reason.
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v slurmctld >/dev/null 2>&1 && command -v slurmd >/dev/null 2>&1 && command -v srun >/dev/null 2>&1 \
+  || missing+=(slurm-wlm)
+command -v munged >/dev/null 2>&1 || missing+=(munge)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if [ "${#missing[@]}" -gt 0 ] && command -v apt-get >/dev/null 2>&1 \
+   && { [ -z "$SUDO" ] || sudo -n true 2>/dev/null; }; then
+  echo "scripts/test.sh: installing Debian's ${missing[*]} for the browser and engine tests"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  # The services these packages may have just started are not wanted: the tests start private ones.
+  for pkg in "${missing[@]}"; do
+    case "$pkg" in
+      slurm-wlm) units="slurmctld slurmd" ;; munge) units="munge" ;; postgresql) units="postgresql" ;; *) units="" ;;
+    esac
+    for unit in $units; do $SUDO service "$unit" stop >/dev/null 2>&1 || true; done
+  done
+elif [ "${#missing[@]}" -gt 0 ]; then
+  echo "scripts/test.sh: ${missing[*]} missing and no apt-get with root: their tests will skip"
 fi
 
 exec python -m pytest "$@"

@@ -111,9 +111,12 @@ class JobSpec:
     # tracking.resume: epochs the resumed MLflow run already holds (not logged again).
     logged_epochs: List[int] = dataclasses.field(default_factory=list)
 
-    def write(self, job: JobDir) -> None:
+    def write(self, job: JobDir, keep_metrics: bool = False) -> None:
+        """Writes the job files; keep_metrics: the run continues (a requeued SLURM job), and the
+        task reads from the metric file which epochs are logged already."""
         job.root.mkdir(parents=True, exist_ok=True)
-        job.metrics.unlink(missing_ok=True)  # a reused job dir: relay only this run's metrics
+        if not keep_metrics:
+            job.metrics.unlink(missing_ok=True)  # a reused job dir: relay only this run's metrics
         job.result.unlink(missing_ok=True)
         job.run_ready.unlink(missing_ok=True)
         job.resolved.unlink(missing_ok=True)

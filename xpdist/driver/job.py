@@ -23,7 +23,7 @@ from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir, JobSpec, RunReady
 from xpdist.core.plan import RESOLVED_BY_TASK, Plan, resolved_at_run_time
-from xpdist.driver import launchers, preflight, resume
+from xpdist.driver import launchers, preflight, requeue, resume
 from xpdist.driver.launchers import process
 from xpdist.tracking import heartbeat, reap, store
 from xpdist.tracking.params import rejected_params, run_params
@@ -81,14 +81,18 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
     result = JobResult(status="REJECTED", overrides=ctx.overrides)
     uri = ctx.tracking_uri or store.resolve_uri(plain.tracking.uri, ctx.launch_dir)
     job = JobDir(ctx.job_dir)
-    resumed = None
+    resumed = reopened = None
     try:
         plan = preflight.check(plain, ctx.launch_dir)
         preflight.check_tracking_uri(uri)
+        cluster_env = ClusterEnv.from_environ(plain.cluster.name)
         if plain.tracking.resume:
             resumed = resume.prepare(uri, plain.tracking.resume, _creation_params(config, plan), job)
+        elif cluster_env.is_chief and not ctx.parent_run_id:
+            # A SLURM job that SLURM requeued continues its run; its task resumes from the job dir.
+            reopened = requeue.find_run(uri, plain.tracking.experiment)
         write_job_files(job, JobSpec(config, plan, uri, str(ctx.launch_dir), list(ctx.overrides),
-                                     resumed.logged_epochs if resumed else []))
+                                     resumed.logged_epochs if resumed else []), keep_metrics=bool(reopened))
     except ConfigError as err:
         result.error = str(err)
         if ctx.parent_run_id:  # in a sweep, a rejected job is a FAILED child run
@@ -98,7 +102,6 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
 
     result.run_name = plan.run_name if ctx.job_num is None else f"{ctx.job_num}-{plan.run_name}"
     result.num_replicas, result.global_batch_size = plan.num_replicas, plan.global_batch_size
-    cluster_env = ClusterEnv.from_environ(plain.cluster.name)
     if not cluster_env.is_chief:
         return _run_member(plain, plan, job, cluster_env, result, started)
     tags = {**_tags(plan, ctx), **heartbeat.initial_tags(plain.tracking.heartbeat_s),
@@ -108,12 +111,14 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
         reap.announce(reap.close_stale(uri, plain.tracking.heartbeat_timeout_s))
         if resumed:
             return resume.reopen(uri, resumed, tags)
+        if reopened:
+            return requeue.reopen(uri, reopened)
         return store.create_run(uri, plain.tracking.experiment, result.run_name, _creation_params(config, plan),
                                 tags, ctx.parent_run_id)
 
     # The task starts now and imports TensorFlow while this process creates the MLflow run;
     # it waits for the run before its first training step (JobDir.run_ready).
-    recorder = _Recorder(uri, job, create, plain.tracking.heartbeat_s)
+    recorder = _Recorder(uri, job, create, plain.tracking.heartbeat_s, relay_from_end=bool(reopened))
     recorder.start()
     try:
         env = process.task_env({"MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"})
@@ -142,6 +147,8 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
                     _log_resolved(uri, result.run_id, job, plan, result)
                 heartbeat.let_go(result.run_id)
                 store.terminate(uri, result.run_id, "KILLED", result.error)
+        result.wall_time_s = time.monotonic() - started
+        err.result = result  # a sweep whose jobs a scheduler runs reports it and goes on
         raise
     except Exception as err:  # a launcher bug must not leave the run RUNNING
         result.status, result.error = "FAILED", f"{type(err).__name__}: {err}"
@@ -163,14 +170,14 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
-def write_job_files(job: JobDir, spec: JobSpec) -> None:
+def write_job_files(job: JobDir, spec: JobSpec, keep_metrics: bool = False) -> None:
     """Writes the job directory's spec; a directory that cannot be written is one line.
 
     Raises:
         ConfigError: naming hydra.run.dir, where the job directory lives.
     """
     try:
-        spec.write(job)
+        spec.write(job, keep_metrics=keep_metrics)
     except OSError as err:
         raise ConfigError("hydra.run.dir", str(job.root), f"the job directory cannot be written ({err.strerror})",
                           "Free space there or point hydra.run.dir elsewhere.") from None
@@ -184,9 +191,11 @@ class _Recorder(threading.Thread):
     is written to JobDir.run_ready, which the task waits for before it trains.
     """
 
-    def __init__(self, uri: str, job: JobDir, create: Callable[[], str], heartbeat_s: float):
+    def __init__(self, uri: str, job: JobDir, create: Callable[[], str], heartbeat_s: float,
+                 relay_from_end: bool = False):
         super().__init__(name="xpdist-recorder", daemon=True)
         self._uri, self._job, self._create, self._heartbeat_s = uri, job, create, heartbeat_s
+        self._relay_from_end = relay_from_end  # the lines there were relayed by an earlier start
         self.run_id: Optional[str] = None
         self.error: Optional[BaseException] = None
         self.relay: Optional[MetricRelay] = None
@@ -196,7 +205,7 @@ class _Recorder(threading.Thread):
             self.run_id = self._create()
             heartbeat.keep_alive(self._uri, self.run_id, self._heartbeat_s)
             store.log_artifacts(self._uri, self.run_id, [self._job.config, self._job.overrides])
-            self.relay = MetricRelay(self._uri, self.run_id, self._job.metrics)
+            self.relay = MetricRelay(self._uri, self.run_id, self._job.metrics, from_end=self._relay_from_end)
             self.relay.start()
         except BaseException as err:  # re-raised in the main thread by finish()
             self.error = err
@@ -296,7 +305,7 @@ def _run_member(plain, plan: Plan, job: JobDir, cluster_env: ClusterEnv, result:
 def _tags(plan: Plan, ctx: JobContext) -> Dict[str, str]:
     tags = {"strategy": plan.strategy, "cross_ops": plan.cross_ops, "communication": plan.communication,
             "cluster": plan.cluster, "xpdist.overrides": " ".join(ctx.overrides) or "(none)",
-            "mlflow.source.name": "python -m xpdist"}
+            "mlflow.source.name": "python -m xpdist", **requeue.tags()}
     if ctx.job_num is not None:  # the job's index in its sweep, for the sweep's table
         tags["xpdist.job"] = str(ctx.job_num)
     commit = store.git_commit(ctx.launch_dir)

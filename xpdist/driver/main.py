@@ -41,6 +41,12 @@ def main(cfg: DictConfig) -> job.JobResult:
     try:
         result = job.run(cfg, ctx)
     except process.Interrupted as err:
+        if multirun and _scheduled(hc) and getattr(err, "result", None) is not None:
+            # SLURM cancelled or preempted this job alone (a user's Ctrl-C reaches the sweep's
+            # own process): its run is closed KILLED, and the sweep goes on with the others.
+            print(f"xpdist: interrupted by {err}; run closed as KILLED", file=sys.stderr)
+            _State.exit_code = 1
+            return err.result
         if multirun:
             sweep.interrupted(ctx, str(err))
         print(f"xpdist: interrupted by {err}; run closed as KILLED", file=sys.stderr)
@@ -53,6 +59,11 @@ def main(cfg: DictConfig) -> job.JobResult:
     if not result.ok:
         _State.exit_code = 2 if result.status == "REJECTED" else 1
     return result
+
+
+def _scheduled(hc) -> bool:
+    """Whether a job scheduler (hydra/launcher=slurm) runs this sweep's jobs, apart from its driver."""
+    return "SlurmLauncher" in str(hc.launcher.get("_target_", ""))
 
 
 def _remove_rejected_output(ctx: job.JobContext) -> None:

@@ -30,8 +30,17 @@ _NUMBERED = re.compile(r"^\(\d+\)\s+")
 MAX_CAUSE = 400
 
 
+# TensorFlow's health check names the tasks a worker lost (MultiWorkerMirroredStrategy).
+_UNHEALTHY = re.compile(r"following tasks are unhealthy \(([^)]*)\):\s*((?:/job:\S+\s*)+)")
+
+
 def root_cause(err: BaseException) -> str:
     """The line of the exception's message that says what went wrong (may be empty)."""
+    unhealthy = _UNHEALTHY.search(str(err))
+    if unhealthy:  # e.g. a worker's link cut: say which task, not "Graph execution error:"
+        tasks = ", ".join(re.sub(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)", r"\1:\2", t)
+                          for t in unhealthy.group(2).split())
+        return f"task {tasks} unreachable ({unhealthy.group(1)}); collective ops aborted"
     lines = [_ANSI.sub("", line).strip() for line in str(err).splitlines()]
     lines = [line for line in lines if line]
     cause = next((line for line in lines if not _FRAMING.match(line)), lines[0] if lines else "")

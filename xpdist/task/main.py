@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import sys
 import traceback
@@ -26,12 +27,21 @@ from xpdist.task import failure, runner
 from xpdist.task.train.common import process_started_at
 
 
+# See prepare_environment.
+GRPC_KEEPALIVE = "grpc.keepalive_time_ms=10000,grpc.keepalive_timeout_ms=10000"
+
+
 def prepare_environment(cfg, plan: Plan) -> None:
     """What TensorFlow reads once, at import: set before `import tensorflow`."""
     if not cfg.verbose:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "3")
     os.environ["TF_USE_LEGACY_KERAS"] = "1" if plan.keras == "legacy" else "0"
+    if cfg.cluster.name != "local":
+        # gRPC keepalive on TensorFlow's channels: a peer whose link is cut (no reset, packets
+        # dropped) fails its calls after about 20 s instead of the kernel's TCP timeout (~15 min),
+        # so a parameter_server coordinator moves that worker's steps to the others.
+        os.environ.setdefault("TF_GRPC_DEFAULT_OPTIONS", GRPC_KEEPALIVE)
 
 
 def _raise_interrupt(_signum, _frame):

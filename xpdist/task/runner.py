@@ -124,7 +124,33 @@ def serve(tf, resolver, job: JobDir) -> None:
                                   task_index=resolver.task_id, protocol=resolver.rpc_layer or "grpc", start=True)
     job.mark_ready(f"{resolver.task_type}-{resolver.task_id}")
     print(f"xpdist: {resolver.task_type}:{resolver.task_id} serving at {server.target}", flush=True)
-    server.join()
+    chief = resolver.cluster_spec().as_dict().get("chief", [None])[0]
+    wait_for_chief_to_leave(chief)
+    print(f"xpdist: {resolver.task_type}:{resolver.task_id}: the coordinator (chief:0 at {chief}) no longer answers: "
+          "stopping (training is over, or this task is cut off)", flush=True)
+
+
+def wait_for_chief_to_leave(address, poll_s: float = 2.0, grace_s: float = 10.0) -> None:
+    """Returns once the coordinator, seen up once, has not accepted a connection for grace_s.
+
+    A tf.distribute.Server serves forever, and nothing in TensorFlow tells it that training is
+    over. On localhost the launcher stops it; a task that a cluster manager started (srun,
+    a TFJob) would otherwise keep its allocation until the job's time limit. The coordinator's
+    own server (connect_to_cluster starts it) goes away when the coordinator exits.
+    """
+    import socket
+    import time
+
+    host, _, port = address.rpartition(":")
+    seen, last_up = False, time.monotonic()
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=poll_s):
+                seen, last_up = True, time.monotonic()
+        except OSError:
+            if seen and time.monotonic() - last_up >= grace_s:
+                return
+        time.sleep(poll_s)
 
 
 def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> None:

@@ -6,6 +6,7 @@ Runs in the task process only (imports TensorFlow).
 from __future__ import annotations
 
 from xpdist.core.clusterenv import slurm_tasks
+from xpdist.core.plan import gpu_count
 from xpdist.core.registry import Registry
 
 STRATEGIES = Registry("strategy")
@@ -63,9 +64,7 @@ def _central_storage(tf, cfg, plan):
 
 @STRATEGIES.register("multi_worker_mirrored")
 def _multi_worker_mirrored(tf, cfg, plan):
-    resolver = None
-    if cfg.cluster.name == "slurm":
-        resolver = tf.distribute.cluster_resolver.SlurmClusterResolver()
+    resolver = slurm_resolver(tf, {"worker": slurm_tasks()}) if cfg.cluster.name == "slurm" else None
     return tf.distribute.MultiWorkerMirroredStrategy(
         cluster_resolver=resolver, communication_options=communication_options(tf, cfg))
 
@@ -81,7 +80,29 @@ def cluster_resolver(tf, cfg):
         return resolvers.TFConfigClusterResolver()
     tasks = slurm_tasks()
     ps = max(1, int(cfg.cluster.ps))
-    return resolvers.SlurmClusterResolver(jobs={"chief": 1, "ps": ps, "worker": tasks - 1 - ps})
+    return slurm_resolver(tf, {"chief": 1, "ps": ps, "worker": tasks - 1 - ps})
+
+
+def slurm_resolver(tf, jobs):
+    """The cluster of this srun step, laid out by TensorFlow's SlurmClusterResolver.
+
+    Without GPUs SlurmClusterResolver cannot be used as it is: it counts GPUs with nvidia-smi
+    (FileNotFoundError where there is none, tensorflow issue 56894), and it lays out one task
+    per GPU slot, so gpus_per_node=0 yields no task at all and gpus_per_task=0 a ValueError.
+    There it gets one nominal GPU slot per task with auto_set_gpu=False (so CUDA_VISIBLE_DEVICES
+    stays untouched), and only its cluster spec and this task's place are kept, in a
+    SimpleClusterResolver that reports no accelerator. Hostlist parsing, task order and ports
+    (8888 + the task's index on its node) stay TensorFlow's.
+    """
+    resolvers = tf.distribute.cluster_resolver
+    gpus = gpu_count()  # counts without nvidia-smi where it is absent
+    if gpus:
+        return resolvers.SlurmClusterResolver(jobs=jobs, gpus_per_node=gpus)
+    tasks = sum(jobs.values())
+    slurm = resolvers.SlurmClusterResolver(jobs=jobs, gpus_per_node=tasks, gpus_per_task=1, auto_set_gpu=False)
+    spec = slurm.cluster_spec()  # also sets task_type and task_id
+    return resolvers.SimpleClusterResolver(spec, task_type=slurm.task_type, task_id=slurm.task_id,
+                                           num_accelerators={"GPU": 0}, rpc_layer=slurm.rpc_layer)
 
 
 @STRATEGIES.register("parameter_server")

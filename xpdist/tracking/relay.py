@@ -23,13 +23,14 @@ class MetricRelay(threading.Thread):
     metric's value at its highest step: the run's final figures, as the driver prints them.
     """
 
-    def __init__(self, uri: str, run_id: str, path: Path, interval_s: float = 1.0):
+    def __init__(self, uri: str, run_id: str, path: Path, interval_s: float = 1.0, from_end: bool = False):
         super().__init__(name="xpdist-metric-relay", daemon=True)
         self._client = client(uri)
         self._run_id = run_id
         self._path = Path(path)
         self._interval_s = interval_s
-        self._offset = 0
+        # from_end: what the file holds already was relayed by an earlier driver (a requeued job).
+        self._offset = self._path.stat().st_size if from_end and self._path.exists() else 0
         self._halt = threading.Event()
         self.error: Optional[BaseException] = None
         self.latest: Dict[str, float] = {}

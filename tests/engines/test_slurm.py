@@ -1,0 +1,197 @@
+"""cluster=slurm on a real single-node SLURM (scripts/slurm_local.sh): srun steps, the sbatch script.
+
+The node has no GPU and no nvidia-smi: the cluster is resolved without them. Task 0 records
+the one MLflow run (a SQLite file in the test's directory: every task of this node sees it).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from tests.conftest import TINY, Xpdist
+from tests.engines.conftest import slurm_client_env
+from tests.integration.test_cluster import weights
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(900)]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def srun(xpdist: Xpdist, slurm_env, tasks: int, out: Path, *overrides: str,
+         timeout: float = 480) -> subprocess.CompletedProcess:
+    """`srun -n TASKS python -m xpdist ...`, each task's driver with its own hydra.run.dir."""
+    command = " ".join([sys.executable, "-m", "xpdist", *TINY, *overrides, "cluster=slurm",
+                        f"hydra.run.dir={out}/task-$SLURM_PROCID"])
+    argv = ["srun", "-n", str(tasks), "--time=10", "--kill-on-bad-exit=1", "bash", "-c", f"exec {command}"]
+    return subprocess.run(argv, cwd=xpdist.workdir, env=slurm_client_env(slurm_env), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def epochs(xpdist: Xpdist, run, key: str = "loss") -> List[int]:
+    return [m.step for m in xpdist.client().get_metric_history(run.info.run_id, key)]
+
+
+def assert_no_step_left(slurm_env) -> None:
+    queue = subprocess.run(["squeue", "-h", "-o", "%i %T"], env=slurm_client_env(slurm_env),
+                           capture_output=True, text=True, check=True).stdout.split("\n")
+    assert [q for q in queue if q.strip()] == [], queue
+
+
+@pytest.mark.parametrize("trainer", ["ctl", "fit"])
+def test_multi_worker_mirrored_under_srun_matches_one_device(xpdist, slurm_env, tmp_path, trainer):
+    common = [f"trainer={trainer}", "model=mlp", "model.hidden_units=[8]", "dataset.num_features=4",
+              "dataset.noise=0.5", "seed=7"]
+    out = tmp_path / "slurm"
+    done = srun(xpdist, slurm_env, 2, out, "strategy=multi_worker_mirrored", "communication=ring", *common,
+                "dataset.per_replica_batch_size=5")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "task worker:1 FINISHED" in done.stdout and "nvidia-smi" not in done.stdout + done.stderr
+    runs = xpdist.runs()
+    assert len(runs) == 1, "task 0 alone records the run"
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert (run.data.params["cluster"], run.data.params["num_replicas"]) == ("slurm", "2")
+    assert epochs(xpdist, run) == [1, 2]
+
+    flavour = ["keras=legacy"] if trainer == "fit" else []
+    single = tmp_path / "single"
+    done = xpdist.run("strategy=one_device", *common, *flavour, "dataset.per_replica_batch_size=10",
+                      f"hydra.run.dir={single}", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    a, b = weights(out / "task-0" / "model.keras"), weights(single / "model.keras")
+    assert a.keys() == b.keys() and a
+    for name in a:
+        assert abs(a[name] - b[name]).max() < 1e-5, name
+    assert_no_step_left(slurm_env)
+
+
+@pytest.mark.parametrize("trainer", ["ctl", "fit"])
+def test_parameter_server_under_srun(xpdist, slurm_env, tmp_path, trainer):
+    """srun -n 4: task 0 coordinates, task 1 is the ps, tasks 2 and 3 are workers."""
+    done = srun(xpdist, slurm_env, 4, tmp_path / "ps", "strategy=parameter_server", "cluster.ps=1",
+                f"trainer={trainer}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for task in ("worker:1", "worker:2", "worker:3"):  # ClusterEnv names srun tasks by SLURM_PROCID
+        assert f"task {task} FINISHED" in done.stdout, done.stdout
+    runs = xpdist.runs()
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED" and run.data.params["cluster.ps"] == "1"
+    assert epochs(xpdist, run) == [1, 2]
+    assert_no_step_left(slurm_env)
+
+
+def test_sbatch_script_as_the_docs_show(xpdist, slurm_env, tmp_path):
+    """`sbatch [sizing options] scripts/slurm.sbatch [overrides]`, one node of 2 tasks here."""
+    env = slurm_client_env(slurm_env, {"MLFLOW_TRACKING_URI": xpdist.uri})
+    submit = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
+                             str(REPO / "scripts" / "slurm.sbatch"), *TINY],
+                            cwd=xpdist.workdir, env=env, capture_output=True, text=True, check=True)
+    job = submit.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 480
+    state = ""
+    while time.monotonic() < deadline:
+        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=env, capture_output=True,
+                               text=True).stdout.strip()
+        if not state:  # gone from the queue: ended
+            break
+        time.sleep(2)
+    log = xpdist.workdir / f"xpdist-{job}.out"
+    assert not state, f"job {job} still {state}"
+    text = log.read_text()
+    runs = xpdist.runs()
+    assert len(runs) == 1, text
+    assert runs[0].info.status == "FINISHED", text
+    assert runs[0].data.params["num_replicas"] == "2"
+    assert (xpdist.workdir / "outputs" / f"slurm-{job}" / "task-1").is_dir()
+
+
+def wait_gone(env, job: str, timeout: float) -> None:
+    """Until the job has left the queue (ended), or fails the test."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=env, capture_output=True,
+                              text=True).stdout.strip():
+            return
+        time.sleep(2)
+    pytest.fail(f"job {job} still queued after {timeout}s")
+
+
+def test_requeued_job_resumes_into_the_same_run(xpdist, slurm_env, tmp_path):
+    """`scontrol requeue` mid-training: the job starts again, resumes from its checkpoint and
+    continues its MLflow run, each epoch logged once."""
+    env = slurm_client_env(slurm_env, {"MLFLOW_TRACKING_URI": xpdist.uri})
+    script = tmp_path / "train.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --requeue\n#SBATCH --output=train-%j.out\n"
+                      f"srun {sys.executable} -m xpdist trainer=ctl dataset.num_examples=2000 trainer.epochs=4 "
+                      "trainer.keep_checkpoints=5 trainer.progress=false hydra.run.dir=$PWD/outputs/slurm-$SLURM_JOB_ID\n")
+    job = subprocess.run(["sbatch", "--parsable", str(script)], cwd=xpdist.workdir, env=env, capture_output=True,
+                         text=True, check=True).stdout.strip().split(";")[0]
+    first_checkpoint = xpdist.workdir / "outputs" / f"slurm-{job}" / "checkpoints" / "ckpt-1.index"
+    deadline = time.monotonic() + 300
+    while not first_checkpoint.exists():
+        assert time.monotonic() < deadline, (xpdist.workdir / f"train-{job}.out").read_text()
+        time.sleep(0.2)
+    time.sleep(0.5)  # the checkpoint's other files
+    saved = first_checkpoint.stat().st_mtime_ns
+    subprocess.run(["scontrol", "requeue", job], env=env, check=True, capture_output=True)
+    wait_gone(env, job, 480)
+    log = (xpdist.workdir / f"train-{job}.out").read_text()
+    runs = xpdist.runs()
+    assert len(runs) == 1, log
+    run = runs[0]
+    assert run.info.status == "FINISHED", log
+    assert run.data.tags["xpdist.slurm_restarts"] == "1"
+    for key in ("loss", "epoch_time_s"):
+        assert epochs(xpdist, run, key) == [1, 2, 3, 4], log
+    # Resumed, not started over: epoch 1 was not trained (and checkpointed) again.
+    assert first_checkpoint.stat().st_mtime_ns == saved
+
+
+def test_sweep_on_slurm_with_a_failed_and_a_cancelled_job(xpdist, slurm_env):
+    """hydra/launcher=slurm against the real controller: one SLURM job per sweep job. The tpu
+    job fails (no TPU), one_device is cancelled mid-training with scancel (its run KILLED),
+    mirrored finishes; the sweep goes on, prints its table and exits non-zero."""
+    env = slurm_client_env(slurm_env)
+    argv = [sys.executable, "-m", "xpdist", "-m", "hydra/launcher=slurm", "strategy=one_device,mirrored,tpu",
+            "trainer=ctl", "dataset.num_examples=2000", "trainer.epochs=20", "trainer.progress=false",
+            "hydra.launcher.partition=debug", "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=10"]
+    proc = subprocess.Popen(argv, cwd=xpdist.workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while True:  # one_device (job 0) has logged an epoch: cancel its SLURM job
+            metrics = list(xpdist.workdir.glob("multirun/*/*/0/metrics.jsonl"))
+            if metrics and "epoch_time_s" in metrics[0].read_text():
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.5)
+        submitted = [p.name for p in xpdist.workdir.glob("multirun/*/*/.submitit/*_*")
+                     if re.fullmatch(r"\d+_\d+", p.name)]  # one folder per array task
+        assert sorted(name.split("_")[1] for name in submitted) == ["0", "1", "2"], submitted
+        subprocess.run(["scancel", sorted(submitted)[0]], env=env, check=True)
+        out, err = proc.communicate(timeout=480)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, out + err
+    runs = xpdist.runs()
+    parents = [r for r in runs if r.data.tags.get("xpdist.sweep") == "true"]
+    assert len(parents) == 1, [r.info.run_name for r in runs]
+    children = sorted((r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id),
+                      key=lambda r: int(r.data.tags["xpdist.job"]))
+    assert [(c.data.tags["xpdist.overrides"].split()[0], c.info.status) for c in children] == [
+        ("strategy=one_device", "KILLED"), ("strategy=mirrored", "FINISHED"), ("strategy=tpu", "FAILED")]
+    assert "TPU" in children[2].data.tags["xpdist.error"]
+    assert epochs(xpdist, children[1]) == list(range(1, 21))
+    table = out[out.index("job  overrides"):]
+    for line, status in zip(table.splitlines()[2:5], ("KILLED", "FINISHED", "FAILED")):
+        assert status in line, table
+    assert_no_step_left(slurm_env)

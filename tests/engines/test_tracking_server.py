@@ -1,0 +1,117 @@
+"""The MLflow server that teams run (scripts/mlflow_server.sh) on a real PostgreSQL.
+
+One server for the session (tests/engines/conftest.py); each test records into an experiment
+of its own and reads everything back through the server with MlflowClient.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from tests.conftest import TINY, xpdist_env
+from tests.services import free_port
+from xpdist.core.jobdir import JobDir
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def experiment() -> str:
+    return f"server-{uuid.uuid4().hex[:8]}"
+
+
+def runs_of(uri: str, name: str):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(name)
+    runs = [] if exp is None else client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
+    return client, runs
+
+
+def epochs(client, run, key: str = "loss"):
+    return [m.step for m in client.get_metric_history(run.info.run_id, key)]
+
+
+def test_single_experiment_through_the_server(xpdist, tracking):
+    name = experiment()
+    done = xpdist.run("trainer=ctl", f"tracking.uri={tracking.uri}", f"tracking.experiment={name}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    client, runs = runs_of(tracking.uri, name)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert epochs(client, runs[0]) == [1, 2]
+    assert {"model", "config.yaml"} <= {a.path for a in client.list_artifacts(runs[0].info.run_id)}
+    assert not (xpdist.workdir / "mlflow.db").exists()
+
+
+def test_parallel_sweep_loses_nothing(xpdist, tracking):
+    """Three jobs at once (the parallel launcher) log through one server: every run, param, metric."""
+    name = experiment()
+    done = xpdist.run("hydra/launcher=local_parallel", "hydra.callbacks.sweep.max_parallel=0", "seed=1,2,3",
+                      f"tracking.uri={tracking.uri}", f"tracking.experiment={name}", multirun=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    client, runs = runs_of(tracking.uri, name)
+    parents = [r for r in runs if r.data.tags.get("xpdist.sweep") == "true"]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    assert len(children) == 3 == len(runs) - 1
+    assert sorted(c.data.params["seed"] for c in children) == ["1", "2", "3"]
+    for child in children:
+        assert child.info.status == "FINISHED"
+        assert len(child.data.params) == len(children[0].data.params) > 20
+        for key in ("loss", "epoch_time_s", "examples_per_sec"):
+            assert epochs(client, child, key) == [1, 2], key
+
+
+def test_postgresql_uri_without_a_server(xpdist, pg_uri):
+    name = experiment()
+    done = xpdist.run(f"tracking.uri={pg_uri}", f"tracking.experiment={name}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    client, runs = runs_of(pg_uri, name)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert epochs(client, runs[0]) == [1, 2]
+
+
+def test_unreachable_server_is_one_line_and_nothing_is_created(xpdist):
+    uri = f"http://127.0.0.1:{free_port()}"
+    done = xpdist.run(f"tracking.uri={uri}", timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("xpdist: error: tracking.uri") and uri in lines[0], lines
+    assert "tensorflow" not in (done.stdout + done.stderr).lower()
+    assert sorted(p.name for p in xpdist.workdir.iterdir()) == [], "nothing created (no outputs/, no mlflow.db)"
+
+
+def test_server_away_for_30_s_mid_training(xpdist, tracking, tmp_path):
+    """Stopped (its whole process group) after epoch 1, started again on the same port 30 s
+    later: the run ends FINISHED with every epoch logged once (MLflow's client retries)."""
+    name = experiment()
+    job = tmp_path / "job"
+    cmd = [sys.executable, "-m", "xpdist", *TINY, "trainer=ctl", "dataset.num_examples=2000", "trainer.epochs=6",
+           f"tracking.uri={tracking.uri}", f"tracking.experiment={name}", f"hydra.run.dir={job}"]
+    proc = subprocess.Popen(cmd, cwd=xpdist.workdir, env=xpdist_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        metrics = JobDir(job).metrics
+        deadline = time.monotonic() + 300
+        while not (metrics.exists() and metrics.read_text().count("epoch_time_s") >= 1):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.2)
+        tracking.stop()
+        time.sleep(30)
+        tracking.start()
+        out = proc.communicate(timeout=600)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        tracking.start_if_stopped()
+    assert proc.returncode == 0, out
+    client, runs = runs_of(tracking.uri, name)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED", out
+    for key in ("loss", "epoch_time_s"):
+        assert epochs(client, runs[0], key) == [1, 2, 3, 4, 5, 6], key
