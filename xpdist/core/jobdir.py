@@ -24,6 +24,8 @@ from xpdist.core.plan import Plan
 
 # The sweep directory's record of its parent run, written by the process that drives a sweep.
 SWEEP_FILE = "sweep.json"
+# The sweep directory's record of its Optuna study (hydra/sweeper=optuna): storage, name, job -> trial.
+STUDY_FILE = "study.json"
 
 
 class JobDir:

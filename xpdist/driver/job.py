@@ -24,6 +24,7 @@ from xpdist.core.jobdir import JobDir, JobSpec
 from xpdist.core.plan import Plan
 from xpdist.driver import launchers, preflight
 from xpdist.driver.launchers import process
+from xpdist.driver.tuning.trial import TrialWatch
 from xpdist.tracking import store
 from xpdist.tracking.params import flatten, run_params
 from xpdist.tracking.relay import MetricRelay
@@ -100,10 +101,14 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
         uri, plain.tracking.experiment, result.run_name, run_params(config, plan), _tags(plan, ctx),
         ctx.parent_run_id))
     recorder.start()
+    # A trial of an Optuna study (hydra/sweeper=optuna): its epochs are reported, a pruner may stop it.
+    trial = TrialWatch.start_for(ctx.job_num, job)
     try:
         env = process.task_env({"MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"})
         outcome = launchers.run(plain, plan, job, env)
         result.run_id = recorder.finish()
+        if trial is not None:
+            outcome = trial.settle(outcome, uri, result.run_id)
         result.status, result.error = outcome.status, outcome.error
         result.metrics = recorder.final_metrics()
         if outcome.restarts:

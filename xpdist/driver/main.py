@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from xpdist.core.schema import register_configs
 from xpdist.driver import job, sweep
 from xpdist.driver.launchers import process
+from xpdist.driver.tuning.space import quote_params_overrides
 from xpdist.tracking import store
 
 # The configs ship inside the package (conf/ of the repository, mapped onto xpdist.conf).
@@ -80,6 +81,7 @@ def _uri(cfg: DictConfig, ctx: job.JobContext) -> str:
 
 def cli() -> None:
     register_configs()
+    sys.argv[1:] = quote_params_overrides(sys.argv[1:])
     code = None
     try:
         # SIGINT/SIGTERM anywhere (not only while a task runs) closes an open sweep as KILLED.

@@ -134,6 +134,24 @@ def swept_overrides(config: DictConfig) -> List[str]:
     return found
 
 
+def _sweeper_preflight(config: DictConfig) -> None:
+    """A sweeper with a `preflight(config)` (hydra/sweeper=optuna) checks its search space here,
+    before the store, the parent run or the sweep directory exist: bad input is one line, exit 2."""
+    from hydra.utils import get_class
+
+    from xpdist.core.errors import ConfigError
+
+    target = config.hydra.sweeper.get("_target_")
+    check = getattr(get_class(target), "preflight", None) if target else None
+    if check is None:
+        return
+    try:
+        check(config)
+    except ConfigError as err:
+        print(f"xpdist: error: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
 class SweepCallback(Callback):
     """Creates the sweep's parent run before the jobs and reports and closes it after them.
 
@@ -147,6 +165,7 @@ class SweepCallback(Callback):
         self.max_parallel = (os.cpu_count() or 1) if max_parallel is None else int(max_parallel)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _sweeper_preflight(config)
         hc = config.hydra
         uri = store.resolve_uri(config.tracking.uri, Path(hc.runtime.cwd))
         sweep_dir = Path(hc.sweep.dir)
