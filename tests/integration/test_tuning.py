@@ -70,6 +70,24 @@ def test_tpe_finds_a_learning_rate_a_bad_rate_cannot_match(xpdist):
     slow = [t for t in study.trials if t.params["optimizer.learning_rate"] < 1e-4]
     assert slow and all(t.value > LOSS_BOUND for t in slow)
     assert f"best: trial {study.best_trial.number}, loss=" in proc.stdout
+    check_report(xpdist, parent, study)
+
+
+def check_report(xpdist, parent, study):
+    """xpdist-report on the study: the trials sorted by the objective, and the study's plots."""
+    from xpdist.report import main as report_main
+
+    out = xpdist.workdir / "report"
+    assert report_main(["--sweep", parent.info.run_id, "--tracking-uri", xpdist.uri, "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    section = text.split(f"## Study {study.study_name}: trials by loss (minimize, best first)")[1]
+    listed = [int(line.split("|")[1]) for line in section.splitlines() if line.startswith("| ") and
+              line.split("|")[1].strip().isdigit()]
+    ranked = sorted(study.trials, key=lambda t: t.value)
+    assert listed == [t.number for t in ranked]
+    for name in ("optimization_history", "param_importances", "parallel_coordinate"):
+        assert (out / f"study_{name}.png").read_bytes()[:4] == b"\x89PNG"
+        assert f"(study_{name}.png)" in text
 
 
 def test_resume_by_name_adds_trials_and_pruning_stops_a_hopeless_trial_early(xpdist):

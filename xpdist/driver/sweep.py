@@ -124,11 +124,22 @@ def _children(uri: str, parent_id: str) -> List[Any]:
                           filter_string=f"tags.mlflow.parentRunId = '{parent_id}'", max_results=10000)
 
 
+def _dotted(params, prefix: str = "") -> Dict[str, Any]:
+    """Nested params (hydra.sweeper.params.optimizer.learning_rate=... on the command line) as dotted keys."""
+    flat: Dict[str, Any] = {}
+    for key, value in params.items():
+        if hasattr(value, "items"):
+            flat.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def swept_overrides(config: DictConfig) -> List[str]:
     """The sweep's overrides: the command line's, then hydra.sweeper.params (a recipe's)."""
     hc = config.hydra
     found = list(hc.overrides.task)
-    params = hc.sweeper.get("params") or {}
+    params = _dotted(hc.sweeper.get("params") or {})
     keys = {item.split("=", 1)[0].lstrip("+~") for item in found}
     found += [f"{key}={value}" for key, value in params.items() if key not in keys]
     return found
