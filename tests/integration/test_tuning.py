@@ -92,19 +92,20 @@ def check_report(xpdist, parent, study):
 
 def test_resume_by_name_adds_trials_and_pruning_stops_a_hopeless_trial_early(xpdist):
     # Epochs long enough (400 steps) for the pruner to act while the trial still trains.
-    slow_epochs = ["trainer.epochs=30", "dataset.num_examples=2000", "trainer.steps_per_execution=1"]
-    first = xpdist.run(*STUDY, *slow_epochs, "hydra.sweeper.n_trials=1", "hydra.sweeper.study_name=resumed",
-                       "hydra.sweeper.params.optimizer.learning_rate=choice(0.02)", multirun=True, tiny=False,
-                       timeout=900)
+    # The grid sampler with this seed tries 0.02 first (a good rate), then 1e-7 (hopeless).
+    study_args = [*STUDY, "trainer.epochs=30", "dataset.num_examples=2000", "trainer.steps_per_execution=1",
+                  "hydra.sweeper.n_trials=1", "hydra.sweeper.study_name=resumed", "hydra.sweeper.sampler=grid",
+                  "hydra.sweeper.seed=1", "hydra.sweeper.params.optimizer.learning_rate=choice(0.02, 1e-7)"]
+    first = xpdist.run(*study_args, multirun=True, tiny=False, timeout=900)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    second = xpdist.run(*STUDY, *slow_epochs, "hydra.sweeper.n_trials=1", "hydra.sweeper.study_name=resumed",
-                        "hydra.sweeper.pruner=median", "hydra.sweeper.pruner_startup_trials=1",
-                        "hydra.sweeper.params.optimizer.learning_rate=choice(1e-7)", multirun=True, tiny=False,
-                        timeout=900)
+    assert study_of(xpdist, "resumed").trials[0].params["optimizer.learning_rate"] == 0.02
+    second = xpdist.run(*study_args, "hydra.sweeper.pruner=median", "hydra.sweeper.pruner_startup_trials=1",
+                        multirun=True, tiny=False, timeout=900)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert "study resumed (1 trials so far)" in second.stdout
     study = study_of(xpdist, "resumed")
     assert [t.state for t in study.trials] == [TrialState.COMPLETE, TrialState.PRUNED]
+    assert study.trials[1].params["optimizer.learning_rate"] == 1e-7
     parents, trials = parents_and_trials(xpdist)
     assert len(parents) == 2 and len(trials) == 2  # one parent run per command, one child per trial
     pruned = next(r for r in trials if r.data.tags["xpdist.trial"] == "1")
@@ -115,6 +116,11 @@ def test_resume_by_name_adds_trials_and_pruning_stops_a_hopeless_trial_early(xpd
     assert epoch >= 1 and len(logged) < 30, (epoch, len(logged))
     assert study.trials[1].last_step == epoch
     assert "pruned after epoch" in second.stdout
+    # Resuming with another space for a key the study searched: one line, exit 2, no new run.
+    third = xpdist.run(*study_args[:-1], "hydra.sweeper.params.optimizer.learning_rate=choice(0.5)",
+                       multirun=True, tiny=False, timeout=300)
+    assert third.returncode == 2 and "which a resumed study must keep" in third.stderr, third.stderr
+    assert len(xpdist.runs()) == 4
 
 
 def test_two_trials_at_once_into_one_store_lose_nothing(xpdist):

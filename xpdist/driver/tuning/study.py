@@ -61,7 +61,42 @@ def search_space(config: DictConfig, settings: Settings) -> space_mod.SearchSpac
 
 def preflight(config: DictConfig) -> None:
     """Every check of the study that needs no trial (called before the sweep's parent run exists)."""
-    search_space(config, Settings.from_config(config.hydra.sweeper))
+    settings = Settings.from_config(config.hydra.sweeper)
+    space = search_space(config, settings)
+    uri = store.resolve_uri(config.tracking.uri, Path(config.hydra.runtime.cwd))
+    check_resume(settings, space, settings.resolved_storage(uri, Path(config.hydra.runtime.cwd)))
+
+
+def check_resume(settings: Settings, space: space_mod.SearchSpace, url: str) -> None:
+    """A resumed study keeps its direction and the distribution of every key it searched.
+
+    Raises:
+        ConfigError: the new space or direction differs from the stored study's.
+    """
+    import optuna
+    from optuna.distributions import check_distribution_compatibility
+
+    if not settings.study_name or (url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists()):
+        return  # a new study
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=settings.study_name, storage=settings_mod.storage(url))
+    except KeyError:
+        return
+    if study.direction.name.lower() != settings.direction:
+        raise ConfigError("hydra.sweeper.direction", settings.direction,
+                          f"study {settings.study_name!r} in {url} was made to {study.direction.name.lower()}",
+                          "Keep its direction, or give a new hydra.sweeper.study_name")
+    for trial in study.get_trials(deepcopy=False):
+        for key, old in trial.distributions.items():
+            if key in space.distributions:
+                try:
+                    check_distribution_compatibility(old, space.distributions[key])
+                except ValueError as err:
+                    shown, text = space.sources[key].split("=", 1)
+                    raise ConfigError(shown, text, f"study {settings.study_name!r} searched {key} as {old}, "
+                                      f"which a resumed study must keep ({err})",
+                                      "Keep the study's search space, or give a new hydra.sweeper.study_name") from None
 
 
 def reject(err: ConfigError) -> None:
@@ -95,15 +130,15 @@ class StudyRun:
         uri = sweep.get("tracking_uri") or store.resolve_uri(self.config.tracking.uri, self.launch_dir)
         parent = sweep.get("parent_run_id")
         url, name = self.settings.resolved_storage(uri, self.launch_dir), self.settings.resolved_study_name()
+        try:
+            check_resume(self.settings, space, url)
+        except ConfigError as err:
+            reject(err)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = optuna.create_study(
             study_name=name, storage=settings_mod.storage(url), direction=self.settings.direction,
             sampler=settings_mod.sampler(self.settings, space.grid() if self.settings.sampler == "grid" else None),
             pruner=settings_mod.pruner(self.settings), load_if_exists=True)
-        if study.direction.name.lower() != self.settings.direction:
-            reject(ConfigError("hydra.sweeper.direction", self.settings.direction,
-                               f"study {name!r} in {url} was made to {study.direction.name.lower()}",
-                               "Keep its direction, or give a new hydra.sweeper.study_name"))
         before = len(study.trials)
         link = {"storage": url, "study_name": name, "objective": self.settings.objective, "trials": {},
                 "pruning": {k: getattr(self.settings, k) for k in
@@ -115,10 +150,9 @@ class StudyRun:
             _log(uri, parent, params=space.as_params())
         print(f"xpdist: study {name} ({before} trials so far) in {url}: {self.settings.n_trials} trials, "
               f"{self.settings.n_jobs} at a time, {self.settings.direction} {self.settings.objective}", flush=True)
-        returns, job_idx = [], 0
-        while job_idx < self.settings.n_trials:
-            trials = [study.ask(space.distributions) for _ in range(min(self.settings.n_jobs,
-                                                                        self.settings.n_trials - job_idx))]
+        returns, job_idx, n_trials = [], 0, self._trials_to_run(study, space)
+        while job_idx < n_trials:
+            trials = [study.ask(space.distributions) for _ in range(min(self.settings.n_jobs, n_trials - job_idx))]
             for offset, trial in enumerate(trials):
                 link["trials"][str(job_idx + offset)] = {"number": trial.number, "id": trial._trial_id}
             _write_json(self.sweep_dir / STUDY_FILE, link)
@@ -130,6 +164,18 @@ class StudyRun:
             job_idx += len(trials)
         self._finish(study, space, uri, parent, before)
         return returns
+
+    def _trials_to_run(self, study, space: space_mod.SearchSpace) -> int:
+        """n_trials; for sampler=grid no more than the grid points not tried yet."""
+        if self.settings.sampler != "grid":
+            return self.settings.n_trials
+        points = 1
+        for values in space.grid().values():
+            points *= len(values)
+        left = max(0, points - len(study.trials))
+        if left < self.settings.n_trials:
+            print(f"xpdist: the grid has {left} of its {points} points left to try: {left} trials", flush=True)
+        return min(self.settings.n_trials, left)
 
     def _sweep_info(self) -> Dict[str, Any]:
         path = self.sweep_dir / SWEEP_FILE
@@ -153,7 +199,13 @@ class StudyRun:
             why = _why_failed(result, ret, self.settings.objective)
             trial.set_user_attr("xpdist.error", why[:1000])
             print(f"xpdist: trial {trial.number} failed: {why}", file=sys.stderr, flush=True)
-        study.tell(trial, values, state=state)
+        try:
+            study.tell(trial, values, state=state)
+        except RuntimeError as err:
+            # The grid sampler calls study.stop() once every point is tried, which only an
+            # optimize() loop may do; the trial's state is stored before that.
+            if "Study.stop" not in str(err):
+                raise
         if run_id:
             store.set_tags(uri, run_id, {TRIAL_TAG: str(trial.number), STATE_TAG: state.name,
                                          STUDY_TAG: study.study_name})
