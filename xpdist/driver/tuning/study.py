@@ -119,6 +119,7 @@ class StudyRun:
 
     def run(self, arguments: List[str]) -> List[Any]:
         import optuna
+        from optuna.trial import TrialState
 
         try:
             space = search_space(self.config, self.settings)
@@ -157,7 +158,12 @@ class StudyRun:
                 link["trials"][str(job_idx + offset)] = {"number": trial.number, "id": trial._trial_id}
             _write_json(self.sweep_dir / STUDY_FILE, link)
             batch = [space.overrides(trial.params) for trial in trials]
-            results = self.launcher.launch(batch, initial_job_idx=job_idx)
+            try:
+                results = self.launcher.launch(batch, initial_job_idx=job_idx)
+            except BaseException:  # Ctrl-C, a launcher's error: no trial stays RUNNING in the study
+                for trial in trials:
+                    study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+                raise
             for trial, ret in zip(trials, results):
                 self._tell(study, trial, ret, uri)
             returns.append(results)
