@@ -18,8 +18,8 @@ from tests.conftest import REPO, compose
 pytestmark = pytest.mark.slow
 
 STUDY = ["hydra/sweeper=optuna", "trainer.progress=false", "trainer.keep_checkpoints=0", "tracking.log_model=false"]
-# A rate this small leaves the linear model's loss near where it started (about 1) after
-# 3 epochs; one of 1e-2 or more brings it below 1e-2.
+# After 3 epochs a rate below 1e-3 leaves the linear model's loss above 3e-2 (measured:
+# 1.5e-4 -> 0.055, 1.1e-3 -> 0.038); one of 1e-2 or more brings it below 1e-3.
 LR_SPACE = "hydra.sweeper.params.optimizer.learning_rate=tag(log, interval(1e-5, 1e-1))"
 LOSS_BOUND = 1e-2
 
@@ -67,7 +67,7 @@ def test_tpe_finds_a_learning_rate_a_bad_rate_cannot_match(xpdist):
         assert len(xpdist.client().get_metric_history(run.info.run_id, "loss")) == 3
     assert study.best_value < LOSS_BOUND
     # The space held bad rates, and a bad rate stays above the bound.
-    slow = [t for t in study.trials if t.params["optimizer.learning_rate"] < 1e-4]
+    slow = [t for t in study.trials if t.params["optimizer.learning_rate"] < 1e-3]
     assert slow and all(t.value > LOSS_BOUND for t in slow)
     assert f"best: trial {study.best_trial.number}, loss=" in proc.stdout
     check_report(xpdist, parent, study)
