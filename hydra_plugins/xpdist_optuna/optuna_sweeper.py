@@ -38,6 +38,6 @@ class OptunaSweeper(Sweeper):
         Raises:
             xpdist.core.errors.ConfigError: a bad search space or setting.
         """
-        from xpdist.driver.tuning.study import preflight
+        from xpdist.driver.tuning.checks import preflight
 
         preflight(config)
