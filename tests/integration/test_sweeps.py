@@ -67,6 +67,8 @@ def check_finished_child(child):
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_recipe_runs(xpdist, recipe):
+    if compose([f"recipe={recipe}"]).hydra.sweeper._target_.endswith("OptunaSweeper"):
+        pytest.skip("an Optuna study: tests/integration/test_tuning.py::test_tuning_recipes_run runs it")
     sweep = bool(compose([f"recipe={recipe}"]).hydra.sweeper.params)
     proc = xpdist.run(f"recipe={recipe}", *TINY, *(PARALLEL if sweep else []), tiny=False, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -29,6 +29,8 @@ from xpdist.core.plan import Plan
 
 # The sweep directory's record of its parent run, written by the process that drives a sweep.
 SWEEP_FILE = "sweep.json"
+# The sweep directory's record of its Optuna study (hydra/sweeper=optuna): storage, name, job -> trial.
+STUDY_FILE = "study.json"
 
 # Task exit codes. EXIT_FAILED: a Python exception in user code, config or data, which a
 # restart would only repeat. EXIT_RETRYABLE (sysexits' EX_TEMPFAIL): a network-type error

@@ -25,6 +25,7 @@ from xpdist.core.jobdir import JobDir, JobSpec, RunReady
 from xpdist.core.plan import RESOLVED_BY_TASK, Plan, resolved_at_run_time
 from xpdist.driver import launchers, preflight, requeue, resume
 from xpdist.driver.launchers import process
+from xpdist.driver.tuning.trial import TrialWatch
 from xpdist.tracking import heartbeat, reap, store
 from xpdist.tracking.params import rejected_params, run_params
 from xpdist.tracking.relay import MetricRelay
@@ -120,6 +121,8 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
     # it waits for the run before its first training step (JobDir.run_ready).
     recorder = _Recorder(uri, job, create, plain.tracking.heartbeat_s, relay_from_end=bool(reopened))
     recorder.start()
+    # A trial of an Optuna study (hydra/sweeper=optuna): its epochs are reported, a pruner may stop it.
+    trial = TrialWatch.start_for(ctx.job_num, job)
     try:
         env = process.task_env({"MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"})
         outcome = launchers.run(plain, plan, job, env)
@@ -131,6 +134,8 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
                                            f"({one_line(err)}); nothing was trained",
                                            "Check that the store is writable and its server healthy."))
             return result
+        if trial is not None:
+            outcome = trial.settle(outcome, uri, result.run_id)
         result.status, result.error = outcome.status, outcome.error
         result.metrics = recorder.final_metrics()
         _log_resolved(uri, result.run_id, job, plan, result)

@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 from xpdist.core.schema import register_configs
 from xpdist.driver import config_errors, job, sweep
 from xpdist.driver.launchers import process
+from xpdist.driver.tuning.space import quote_params_overrides
 from xpdist.tracking import store
 
 # The configs ship inside the package (conf/ of the repository, mapped onto xpdist.conf).
@@ -89,6 +90,7 @@ def _uri(cfg: DictConfig, ctx: job.JobContext) -> str:
 
 def cli() -> None:
     register_configs()
+    sys.argv[1:] = quote_params_overrides(sys.argv[1:])
     # Hydra prints its compose errors over several lines and exits 1; told to raise them
     # (HYDRA_FULL_ERROR, which only Hydra reads), it lets them reach the handler below, which
     # prints one line and exits 2 like every bad config. A user's own HYDRA_FULL_ERROR=1

@@ -100,14 +100,43 @@ def refuse_swept_store(overrides: List[str]) -> None:
             raise SystemExit(2)
 
 
+def _dotted(params, prefix: str = "") -> Dict[str, Any]:
+    """Nested params (hydra.sweeper.params.optimizer.learning_rate=... on the command line) as dotted keys."""
+    flat: Dict[str, Any] = {}
+    for key, value in params.items():
+        if hasattr(value, "items"):
+            flat.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def swept_overrides(config: DictConfig) -> List[str]:
     """The sweep's overrides: the command line's, then hydra.sweeper.params (a recipe's)."""
     hc = config.hydra
     found = list(hc.overrides.task)
-    params = hc.sweeper.get("params") or {}
+    params = _dotted(hc.sweeper.get("params") or {})
     keys = {item.split("=", 1)[0].lstrip("+~") for item in found}
     found += [f"{key}={value}" for key, value in params.items() if key not in keys]
     return found
+
+
+def _sweeper_preflight(config: DictConfig) -> None:
+    """A sweeper with a `preflight(config)` (hydra/sweeper=optuna) checks its search space here,
+    before the store, the parent run or the sweep directory exist: bad input is one line, exit 2."""
+    from hydra.utils import get_class
+
+    from xpdist.core.errors import ConfigError
+
+    target = config.hydra.sweeper.get("_target_")
+    check = getattr(get_class(target), "preflight", None) if target else None
+    if check is None:
+        return
+    try:
+        check(config)
+    except ConfigError as err:
+        print(f"xpdist: error: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
 class SweepCallback(Callback):
@@ -118,6 +147,7 @@ class SweepCallback(Callback):
     """
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _sweeper_preflight(config)
         hc = config.hydra
         uri = store.resolve_uri(config.tracking.uri, Path(hc.runtime.cwd))
         try:

@@ -1,7 +1,8 @@
 """`python -m xpdist.report` / `xpdist-report`: compare runs as a table and plots.
 
 Input is an experiment, a sweep (its parent run id) or a list of run ids in an MLflow store;
-output is report.md, report.csv and PNG plots in a folder. For a sweep the files are also
+output is report.md, report.csv and PNG plots in a folder. For an Optuna study
+(hydra/sweeper=optuna) report.md also lists the trials by the objective, with the study's plots. For a sweep the files are also
 logged as artifacts of its parent run (under `report/`), so they show up in the MLflow UI.
 It reads MLflow only (no TensorFlow), so it takes seconds.
 
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from xpdist.tracking import reap, store
-from xpdist.report import plots, tables
+from xpdist.report import plots, study, tables
 from xpdist.report.runs import DEFAULT_UI, ReportError, compare_url, open_store, read_rows, select_runs
 
 ARTIFACT_PATH = "report"
@@ -57,6 +58,10 @@ def build(uri: str, out_dir: Path, experiment: Optional[str] = None, sweep: Opti
     url = compare_url([r["run_id"] for r in rows], [r.info.experiment_id for r in runs], ui) if len(rows) <= 50 else None
     files = {"md": tables.write_markdown(rows, out_dir / "report.md", title, uri, plot_files, url),
              "csv": tables.write_csv(rows, out_dir / "report.csv"), **plot_files}
+    if study.is_study(parent):  # an Optuna study: its trials by the objective, its own plots
+        study_plots = study.fetch_plots(uri, parent, out_dir)
+        study.append(files["md"], parent, study.sorted_trials(parent, runs), study_plots)
+        files.update(study_plots)
     report = Report(rows, files)
     if parent is not None and log_to_parent:
         store.log_artifacts(uri, parent.info.run_id, files.values(), ARTIFACT_PATH)
