@@ -106,6 +106,6 @@ def tracking(pg_uri, request) -> Tracking:
 
 def slurm_client_env(slurm_env: Dict[str, str], extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """xpdist's test environment plus SLURM_CONF (without it clients look for a controller in DNS)."""
-    from tests.conftest import xpdist_env
+    from tests.helpers import xpdist_env
 
     return xpdist_env({**slurm_env, **(extra or {})})

@@ -19,7 +19,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import pytest
 
-from tests.conftest import TINY, xpdist_env
+from tests.helpers import TINY, xpdist_env
 
 pytestmark = [pytest.mark.netns, pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(900)]
 PORT = 2222  # every namespace has its own ports

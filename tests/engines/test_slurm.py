@@ -15,7 +15,7 @@ from typing import List
 
 import pytest
 
-from tests.conftest import TINY, Xpdist
+from tests.helpers import TINY, Xpdist
 from tests.engines.conftest import slurm_client_env
 from tests.integration.test_cluster import weights
 

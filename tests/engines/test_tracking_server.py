@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from tests.conftest import TINY, xpdist_env
+from tests.helpers import TINY, xpdist_env
 from tests.services import free_port
 from xpdist.core.jobdir import JobDir
 

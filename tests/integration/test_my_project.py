@@ -19,7 +19,7 @@ def test_my_project_recipe_runs_its_own_model_and_data(tmp_path):
     shutil.copytree(REPO / "examples" / "my_project", project, ignore=shutil.ignore_patterns("data", "__pycache__"))
     subprocess.run([sys.executable, "make_data.py"], cwd=project, check=True, timeout=60)
 
-    done = subprocess.run([sys.executable, "-m", "xpdist", "--config-dir", "conf", "+recipe=blobs_mirrored",
+    done = subprocess.run([sys.executable, "-m", "xpdist", "--config-dir", "conf", "recipe=blobs_mirrored",
                            "trainer.epochs=1", "trainer.progress=false"],
                           cwd=project, env=xpdist_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]

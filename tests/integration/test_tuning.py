@@ -13,7 +13,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.conftest import REPO, compose
+from tests.helpers import REPO, compose
 
 pytestmark = pytest.mark.slow
 
@@ -157,8 +157,8 @@ def test_a_failing_trial_is_told_failed_and_the_study_goes_on(xpdist):
 
 @pytest.mark.parametrize("recipe", ["tune_mirrored_digits", "tune_strategy_lr"])
 def test_tuning_recipes_run(xpdist, recipe):
-    assert compose([f"+recipe={recipe}"]).hydra.sweeper._target_.endswith("OptunaSweeper")
-    proc = xpdist.run(f"+recipe={recipe}", "trainer.epochs=2", "hydra.sweeper.n_trials=2", "tracking.log_model=false",
+    assert compose([f"recipe={recipe}"]).hydra.sweeper._target_.endswith("OptunaSweeper")
+    proc = xpdist.run(f"recipe={recipe}", "trainer.epochs=2", "hydra.sweeper.n_trials=2", "tracking.log_model=false",
                       multirun=True, tiny=False, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (parent,), trials = parents_and_trials(xpdist)

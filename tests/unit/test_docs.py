@@ -15,4 +15,4 @@ def test_every_recipe_is_listed_in_the_docs_with_its_command():
     listed = re.findall(r"^\| `([\w/]+)` \|", page, re.MULTILINE)
     assert sorted(listed) == RECIPES
     for name in RECIPES:
-        assert f"`python -m xpdist +recipe={name}`" in page
+        assert f"`python -m xpdist recipe={name}`" in page

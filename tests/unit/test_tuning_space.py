@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from conftest import Xpdist
-from tests.conftest import compose
+from tests.helpers import Xpdist
+from tests.helpers import compose
 from xpdist.core.errors import ConfigError
 from xpdist.driver.tuning import space
 from xpdist.driver.tuning.settings import Settings
