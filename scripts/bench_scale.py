@@ -1,0 +1,111 @@
+"""Cost as the work grows: xpdist-report and the sweep summary on stores of many runs.
+
+The runs are made through MlflowClient (no training): each has the params, tags and 10 epochs
+of metrics an xpdist run logs, spread over a few strategies, and the sweep's runs are children
+of one parent run. Used by scripts/bench.py; runnable alone:
+
+    python scripts/bench_scale.py --runs 10 100 300 1000 --sweep-jobs 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+STRATEGIES = ("one_device", "mirrored", "central_storage", "multi_worker_mirrored")
+EPOCHS = 10
+
+
+def make_runs(uri: str, experiment: str, count: int, parent_id: str | None = None) -> List[str]:
+    """`count` finished runs shaped like xpdist's, with `EPOCHS` epochs of loss, val_loss and
+    examples_per_sec each; children of `parent_id` when given. Returns their ids."""
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+    ids = []
+    now = int(time.time() * 1000)
+    for job in range(count):
+        strategy = STRATEGIES[job % len(STRATEGIES)]
+        lr = (0.01, 0.05, 0.1)[job // len(STRATEGIES) % 3]
+        overrides = f"strategy={strategy} optimizer.learning_rate={lr}"
+        tags = {"xpdist.job": str(job), "xpdist.overrides": overrides, "xpdist.wall_time_s": "12.5"}
+        if parent_id:
+            tags["mlflow.parentRunId"] = parent_id
+        run = client.create_run(experiment_id, run_name=f"{job}-{strategy}", tags=tags)
+        replicas = 1 if strategy == "one_device" else 2
+        params = {"strategy": strategy, "num_replicas": str(replicas), "global_batch_size": str(64 * replicas),
+                  "optimizer.learning_rate": str(lr), "cross_ops": "auto", "communication": "auto"}
+        metrics = []
+        for epoch in range(EPOCHS):
+            loss = 1.0 / (1 + epoch * lr * 10) + job * 1e-4
+            for key, value in (("loss", loss), ("val_loss", loss * 1.1), ("examples_per_sec", 1000.0 * replicas)):
+                metrics.append(Metric(key, value, now + epoch, epoch))
+        metrics.append(Metric("steady_examples_per_sec", 1000.0 * replicas, now + EPOCHS, EPOCHS))
+        client.log_batch(run.info.run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()])
+        client.set_terminated(run.info.run_id, "FINISHED")
+        ids.append(run.info.run_id)
+    return ids
+
+
+def time_report(uri: str, experiment: str, out: Path) -> float:
+    """Seconds for `python -m xpdist.report --experiment` as a user runs it (a fresh process)."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "xpdist.report", "--experiment", experiment, "--tracking-uri", uri,
+                    "--out", str(out)], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def time_sweep_summary(uri: str, parent_id: str, sweep_dir: Path) -> float:
+    """Seconds for what a sweep does at its end (xpdist.driver.sweep's summary), in process."""
+    from xpdist.driver import sweep
+    from xpdist.report import summary
+
+    start = time.perf_counter()
+    rows = summary.rows(sweep._children(uri, parent_id))
+    with open(sweep_dir / "summary.txt", "w") as out:
+        sweep.report(rows, uri, parent_id, sweep_dir, out=out)
+    return time.perf_counter() - start
+
+
+def measure(run_counts: Sequence[int], sweep_jobs: int) -> Dict[str, object]:
+    """{"report": {runs: seconds}, "sweep_summary": {jobs: seconds}} on fresh SQLite stores.
+
+    The store grows to each count in turn: runs are added, not remade.
+    """
+    from mlflow.tracking import MlflowClient
+
+    sys.path.insert(0, str(REPO))
+    work = Path(tempfile.mkdtemp(prefix="xpdist-scale-"))
+    uri = f"sqlite:///{work / 'mlflow.db'}"
+    curve: Dict[int, float] = {}
+    made = 0
+    for count in sorted(run_counts):
+        make_runs(uri, "scale", count - made)
+        made = count
+        curve[count] = time_report(uri, "scale", work / f"report-{count}")
+        print(f"bench: xpdist-report on {count} runs: {curve[count]:.1f} s", flush=True)
+    client = MlflowClient(tracking_uri=uri)
+    experiment_id = client.create_experiment("sweep")
+    parent = client.create_run(experiment_id, run_name="sweep", tags={"xpdist.sweep": "true"})
+    make_runs(uri, "sweep", sweep_jobs, parent.info.run_id)
+    (work / "sweep").mkdir()
+    seconds = time_sweep_summary(uri, parent.info.run_id, work / "sweep")
+    print(f"bench: sweep summary of {sweep_jobs} jobs: {seconds:.1f} s", flush=True)
+    return {"report": curve, "sweep_summary": {sweep_jobs: seconds}, "work": str(work)}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, nargs="+", default=[10, 100, 300, 1000])
+    parser.add_argument("--sweep-jobs", type=int, default=200)
+    args = parser.parse_args()
+    print(measure(args.runs, args.sweep_jobs))
