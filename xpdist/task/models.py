@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Sequence
 
-from hydra.utils import get_method
-
 from xpdist.core.registry import Registry
 
 MODELS = Registry("model")
@@ -59,6 +57,10 @@ def cnn(keras, cfg, input_shape, num_outputs):
 @MODELS.register("custom")
 def custom(keras, cfg, input_shape, num_outputs):
     """Calls model._target_ (a dotted path) with input_shape, num_outputs and model.kwargs."""
+    # Imported here: hydra.utils pulls in Hydra's instantiate machinery, which every task
+    # would pay for before its first step while only model=custom needs it.
+    from hydra.utils import get_method
+
     target = cfg.model._target_
     try:
         builder: Callable = get_method(target)
