@@ -103,9 +103,36 @@ def measure(run_counts: Sequence[int], sweep_jobs: int) -> Dict[str, object]:
     return {"report": curve, "sweep_summary": {sweep_jobs: seconds}, "work": str(work)}
 
 
+def sweep_overhead(values: Sequence[str] = ("0.01", "0.05", "0.1"), timeout_s: float = 900.0) -> Dict[str, float]:
+    """Seconds for N small single runs, the same N jobs as one sweep with the default launcher,
+    and with hydra/launcher=local_parallel; and the two ratios the issue sets targets for."""
+    import os
+
+    work = Path(tempfile.mkdtemp(prefix="xpdist-sweep-bench-"))
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    base = [sys.executable, "-m", "xpdist", "model=linear", "dataset=synthetic_regression", "trainer.epochs=2",
+            f"tracking.uri=sqlite:///{work / 'mlflow.db'}"]
+
+    def timed(cmd: List[str]) -> float:
+        start = time.perf_counter()
+        subprocess.run(cmd, cwd=work, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=timeout_s)
+        return time.perf_counter() - start
+
+    timed(base + ["hydra.run.dir=warmup"])  # the store exists and the files are in the page cache
+    singles = sum(timed(base + [f"optimizer.learning_rate={v}", f"hydra.run.dir=single-{v}"]) for v in values)
+    sweep = timed(base + ["-m", f"optimizer.learning_rate={','.join(values)}", "hydra.sweep.dir=sweep"])
+    parallel = timed(base + ["-m", f"optimizer.learning_rate={','.join(values)}", "hydra.sweep.dir=parallel",
+                             "hydra/launcher=local_parallel"])
+    cores = os.cpu_count() or 1
+    return {"jobs": len(values), "singles_s": singles, "sweep_s": sweep, "parallel_s": parallel, "cores": cores,
+            "sweep_ratio": sweep / singles, "parallel_ratio": parallel / (singles / cores)}
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, nargs="+", default=[10, 100, 300, 1000])
     parser.add_argument("--sweep-jobs", type=int, default=200)
+    parser.add_argument("--sweep-overhead", action="store_true", help="time a 3-job sweep against 3 runs instead")
     args = parser.parse_args()
-    print(measure(args.runs, args.sweep_jobs))
+    print(sweep_overhead() if args.sweep_overhead else measure(args.runs, args.sweep_jobs))
