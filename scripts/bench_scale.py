@@ -121,8 +121,9 @@ def sweep_overhead(values: Sequence[str] = ("0.01", "0.05", "0.1"), timeout_s: f
 
     timed(base + ["hydra.run.dir=warmup"])  # the store exists and the files are in the page cache
     singles = sum(timed(base + [f"optimizer.learning_rate={v}", f"hydra.run.dir=single-{v}"]) for v in values)
-    sweep = timed(base + ["-m", f"optimizer.learning_rate={','.join(values)}", "hydra.sweep.dir=sweep"])
-    parallel = timed(base + ["-m", f"optimizer.learning_rate={','.join(values)}", "hydra.sweep.dir=parallel",
+    multirun = base[:3] + ["-m"] + base[3:]  # Hydra's argparse wants -m before the overrides
+    sweep = timed(multirun + [f"optimizer.learning_rate={','.join(values)}", "hydra.sweep.dir=sweep"])
+    parallel = timed(multirun + [f"optimizer.learning_rate={','.join(values)}", "hydra.sweep.dir=parallel",
                              "hydra/launcher=local_parallel"])
     cores = os.cpu_count() or 1
     return {"jobs": len(values), "singles_s": singles, "sweep_s": sweep, "parallel_s": parallel, "cores": cores,
