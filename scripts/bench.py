@@ -16,7 +16,8 @@ It writes <out>/bench.json and <out>/bench.md.
 
     python scripts/bench.py                 # everything, 5 repetitions
     python scripts/bench.py --reps 3 --workloads cnn --strategies one_device mirrored-auto
-    python scripts/bench.py --quick         # smoke test: tiny workloads, 1 repetition
+    python scripts/bench.py --quick         # before a change to the task, trainers or data pipeline
+    python scripts/bench.py --quick --scale --docs docs/performance.md   # + cost at scale, sweeps; the docs' table
 """
 
 from __future__ import annotations
@@ -362,6 +363,14 @@ def markdown(table, targets: List[dict], meta: dict) -> str:
                              f"{fmt(r['peak_total_rss_mb'], 0)} | {r['runs']} ({r['failed']}) |")
     lines += ["", "| workload / strategy | target | figure | met |", "|---|---|---:|:---:|"]
     lines += [f"| {t['case']} | {t['target']} | {t['figure']} | {'yes' if t['met'] else 'NO'} |" for t in targets]
+    if meta.get("scale"):
+        curve = ", ".join(f"{n} runs {s:.1f} s" for n, s in meta["scale"]["report"].items())
+        summary = ", ".join(f"{n} jobs {s:.1f} s" for n, s in meta["scale"]["sweep_summary"].items())
+        lines += ["", f"xpdist-report (whole command): {curve}. Sweep summary: {summary}."]
+    if meta.get("sweep_overhead"):
+        o = meta["sweep_overhead"]
+        lines += [f"Sweep of {o['jobs']} jobs: {o['sweep_ratio']:.2f}x the single runs' sum (target 1.05x); "
+                  f"parallel launcher {o['parallel_ratio']:.2f}x the sum / {o['cores']} cores (target 1.15x)."]
     return "\n".join(lines) + "\n"
 
 
@@ -380,6 +389,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "the bench markers (docs/performance.md)")
     p.add_argument("--quick", action="store_true", help="before a change to the task, trainers or data pipeline: "
                    "cnn, one_device and mirrored, 2 and 24 epochs, xpdist against the script, 1 repetition")
+    p.add_argument("--scale", action="store_true", help="also time xpdist-report on 10..1,000 runs, the sweep "
+                   "summary of 200 jobs and a 3-job sweep against 3 runs (scripts/bench_scale.py)")
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed first run of each way")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before one run is killed")
     args = p.parse_args(argv)
@@ -434,6 +445,11 @@ def main(argv=None) -> int:
             for way in ways[shift:] + ways[:shift]:
                 measures.append(one(workload, strategy, epochs, way, rep))
                 write_results(args.out, measures, meta)  # a long run stopped early still reports
+    if args.scale:
+        import bench_scale  # scripts/ is on sys.path: it holds this file
+
+        meta["scale"] = {k: v for k, v in bench_scale.measure([10, 100, 300, 1000], 200).items() if k != "work"}
+        meta["sweep_overhead"] = bench_scale.sweep_overhead()
     text = write_results(args.out, measures, meta)
     print(text)
     if args.docs:
