@@ -10,6 +10,7 @@ Its model, data, optimizer, seed and batch sizes match xpdist's defaults for the
 settings, so scripts/bench.py compares like with like. It prints one line
 `BENCH_RESULT {json}` with the timing bench.py reads (same definitions as xpdist's):
   first_step_at           unix time at which the first training step had finished
+  last_epoch_end_at       unix time at which the last epoch had ended
   steady_examples_per_sec median over epochs 2.. of examples / training seconds
 
     python scripts/bench_baseline.py --strategy mirrored --cross-ops hierarchical \
@@ -148,6 +149,7 @@ def main(argv=None) -> int:
             seconds = time.perf_counter() - self.start
             rate = steps * global_batch / seconds
             timing["rates"].append(rate)
+            timing["last_epoch_end_at"] = time.time()
             if log:
                 mlflow.log_metrics({**{k: float(v) for k, v in (logs or {}).items()},
                                     "epoch_time_s": seconds, "examples_per_sec": rate}, step=epoch + 1)
@@ -156,7 +158,8 @@ def main(argv=None) -> int:
     if log:
         mlflow.end_run()
     rates = sorted(timing["rates"][1:]) or timing["rates"]
-    result = {"first_step_at": timing["first_step_at"], "steady_examples_per_sec": rates[len(rates) // 2],
+    result = {"first_step_at": timing["first_step_at"], "last_epoch_end_at": timing.get("last_epoch_end_at"),
+              "steady_examples_per_sec": rates[len(rates) // 2],
               "examples_per_sec": timing["rates"], "loss": float(history.history["loss"][-1]),
               "num_replicas": strategy.num_replicas_in_sync, "global_batch_size": global_batch}
     if chief:

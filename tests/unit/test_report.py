@@ -268,3 +268,35 @@ def test_report_md_gives_the_mlflow_ui_command_itself(store, tmp_path):
     markdown = (tmp_path / "report.md").read_text()
     assert "scripts/" not in markdown
     assert f"`mlflow ui --host 127.0.0.1 --port 5000 --backend-store-uri {store['uri']}`" in markdown
+
+
+def test_many_runs_are_plotted_as_groups(tmp_path, monkeypatch):
+    """60 runs of 3 strategies: each plot shows 3 groups (median and range), not 60 runs, and the
+    bulk history read gives each run its own epochs."""
+    from xpdist.report import plots
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = tracking.client(uri)
+    experiment_id = tracking.ensure_experiment(client, "many", uri)
+    strategies = [("one_device", 1), ("mirrored", 2), ("central_storage", 2)]
+    for i in range(60):
+        strategy, replicas = strategies[i % 3]
+        _log_run(client, experiment_id, f"run-{i}", strategy, replicas, [1.0 + i, 0.5 + i], [1.1, 0.6],
+                 [100.0, 200.0 + i], job=i)
+    legends = {}
+    real_save = plots._save
+
+    def save_and_read_legend(fig, path):
+        legends[path.name] = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+        return real_save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", save_and_read_legend)
+    report = build(uri, tmp_path / "out", experiment="many")
+
+    assert len(report.rows) == 60
+    by_name = {r["run_name"]: r for r in report.rows}
+    assert by_name["run-7"]["history"]["loss"] == [(1, 8.0), (2, 7.5)]
+    assert len(legends["loss.png"]) == 3
+    assert legends["loss.png"][0].startswith("strategy=one_device") and "(20 runs)" in legends["loss.png"][0]
+    with Image.open(tmp_path / "out" / "examples_per_sec.png") as image:
+        assert image.height < 600  # one bar per group; 60 bars would be ~3,000 px tall

@@ -59,3 +59,15 @@ def test_rows_tables_and_files(tmp_path):
     assert len(markdown) == 2 + 2 + 3
     png = paths[2].read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_chart_of_a_large_sweep_shows_groups(tmp_path):
+    """200 jobs: one bar per strategy (median and range), not 200 bars (once 24,000 px wide)."""
+    from PIL import Image
+
+    rows = [dict.fromkeys(summary.ROW_KEYS) | {"job": i, "run_id": f"{i:032x}", "run_name": f"{i}-job",
+                                               "status": "FINISHED", "examples_per_sec": 100.0 + i,
+                                               "strategy": ("one_device", "mirrored")[i % 2]} for i in range(200)]
+    paths = summary.write_all(rows, tmp_path, "sweep of 200")
+    with Image.open(paths[-1]) as image:
+        assert image.width < 2000 and image.height < 600

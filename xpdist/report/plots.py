@@ -5,27 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
+from xpdist.report.figures import MAX_RUNS_SHOWN, group_rows, grouped_bars, median
+from xpdist.report.figures import pyplot as _pyplot, save as _save
 from xpdist.report.runs import BASELINE_STRATEGY
 
 _LOSS_LABELS = {"loss": "training loss", "val_loss": "validation loss"}
-
-
-def _pyplot():
-    # Imported here, not at the top: matplotlib costs about a second, and a report that fails
-    # on its arguments, or a sweep with no chart, never needs it.
-    import matplotlib
-
-    matplotlib.use("Agg")  # headless: CI and SSH sessions have no display
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    _pyplot().close(fig)
-    return path
-
 
 # Runs with the same curve (mirrored and central_storage often match to 1e-7) draw on top of
 # each other: each run gets its own hollow marker shape and line style, so every one shows.
@@ -41,14 +25,18 @@ def run_styles(count: int) -> List[Dict[str, Any]]:
 
 
 def loss_figure(rows: Sequence[Dict[str, Any]]):
-    """Training and validation loss per epoch, one line per run; None if no run logged a loss."""
+    """Training and validation loss per epoch: one line per run, or beyond MAX_RUNS_SHOWN runs one
+    line per group of runs (median, shaded min to max); None if no run logged a loss."""
     metrics = [m for m in _LOSS_LABELS if any(r["history"].get(m) for r in rows)]
     if not metrics:
         return None
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 4.5), squeeze=False)
+    grouped = len(rows) > MAX_RUNS_SHOWN
     for ax, metric in zip(axes[0], metrics):
-        for row, style in zip(rows, run_styles(len(rows))):
+        if grouped:
+            _loss_bands(ax, rows, metric)
+        for row, style in zip(rows if not grouped else (), run_styles(len(rows))):
             points = row["history"].get(metric)
             if points:
                 ax.plot([s for s, _ in points], [v for _, v in points], label=row["label"], **style)
@@ -57,7 +45,8 @@ def loss_figure(rows: Sequence[Dict[str, Any]]):
         ax.set_ylabel(f"{_LOSS_LABELS[metric]} (the model's loss function, unitless)")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
-    axes[0][-1].legend(title="run", loc="upper left", bbox_to_anchor=(1.02, 1), fontsize="small")
+    axes[0][-1].legend(title="runs: median, shaded min to max" if grouped else "run", loc="upper left",
+                       bbox_to_anchor=(1.02, 1), fontsize="small")
     return fig
 
 
@@ -67,9 +56,27 @@ def plot_losses(rows: Sequence[Dict[str, Any]], path: Path) -> Path | None:
     return None if fig is None else _save(fig, path)
 
 
+def _loss_bands(ax, rows: Sequence[Dict[str, Any]], metric: str) -> None:
+    """One line per group of runs: the median per epoch, shaded from the minimum to the maximum."""
+    for name, members in group_rows(rows).items():
+        by_epoch: Dict[int, List[float]] = {}
+        for row in members:
+            for step, value in row["history"].get(metric) or ():
+                by_epoch.setdefault(step, []).append(value)
+        if not by_epoch:
+            continue
+        epochs = sorted(by_epoch)
+        (line,) = ax.plot(epochs, [median(by_epoch[e]) for e in epochs], label=f"{name} ({len(members)} runs)")
+        ax.fill_between(epochs, [min(by_epoch[e]) for e in epochs], [max(by_epoch[e]) for e in epochs],
+                        color=line.get_color(), alpha=0.2)
+
+
 def _bars(rows: Sequence[Dict[str, Any]], values: List[float], title: str, xlabel: str, fmt: str, path: Path,
           ideal: float | None = None) -> Path:
-    """Horizontal bars, one per run, coloured by strategy, each with its value written beside it."""
+    """Horizontal bars, one per run, coloured by strategy, each with its value written beside it;
+    beyond MAX_RUNS_SHOWN runs one bar per group at its median, its range as an error bar."""
+    if len(rows) > MAX_RUNS_SHOWN:
+        return grouped_bars(rows, values, title, xlabel, fmt, path, ideal)
     plt = _pyplot()
     labels = [r["label"] for r in rows]
     strategies = sorted({str(r["strategy"]) for r in rows})

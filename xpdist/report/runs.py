@@ -22,6 +22,9 @@ BASELINE_STRATEGY = "one_device"
 HISTORY_METRICS = ("loss", "val_loss", "examples_per_sec")
 # Where store.ui_command's `mlflow ui` serves the UI.
 DEFAULT_UI = "http://127.0.0.1:5000"
+# Runs per bulk history query (SQLite allows 32,766 bound variables) and points per query.
+BULK_CHUNK = 500
+MAX_POINTS = 10_000_000
 # metric name -> [(epoch, value)]
 History = Dict[str, List[Tuple[int, float]]]
 
@@ -185,17 +188,37 @@ def _in_order(runs: list) -> list:
     return sorted(runs, key=lambda r: ordered[r.info.run_id])
 
 
+def _histories(mlflow_client, run_ids: List[str]) -> Dict[str, History]:
+    """{run id: {metric: [(epoch, value)]}} for HISTORY_METRICS, in one query per metric and
+    chunk of runs where the store allows it (SQL stores), else one call per run and metric."""
+    found: Dict[str, History] = {run_id: {} for run_id in run_ids}
+    # MlflowClient has no bulk history call; the SQL store behind it has had one since MLflow 2
+    # (the UI's charts use it). A REST or file store falls back to a call per run and metric.
+    bulk = getattr(getattr(mlflow_client, "_tracking_client", None), "store", None)
+    bulk = getattr(bulk, "get_metric_history_bulk", None)
+    for name in HISTORY_METRICS:
+        if bulk is None:
+            for run_id in run_ids:
+                points = store.retry(mlflow_client.get_metric_history, run_id, name)
+                if points:
+                    found[run_id][name] = sorted((m.step, m.value) for m in points)
+            continue
+        for start in range(0, len(run_ids), BULK_CHUNK):
+            chunk = run_ids[start:start + BULK_CHUNK]
+            for point in store.retry(bulk, chunk, name, max_results=MAX_POINTS):
+                found[point.run_id].setdefault(name, []).append((point.step, point.value))
+    for history in found.values():
+        for name in history:
+            history[name].sort()
+    return found
+
+
 def read_rows(mlflow_client, runs: list) -> List[Dict[str, Any]]:
-    """Rows with their per-epoch histories, scaling efficiency, labels and differing params, sweep by
-    sweep in job order."""
-    rows = []
-    for run in _in_order(runs):
-        history = {}
-        for name in HISTORY_METRICS:
-            if name in run.data.metrics:
-                points = store.retry(mlflow_client.get_metric_history, run.info.run_id, name)
-                history[name] = sorted((m.step, m.value) for m in points)
-        rows.append(report_row(run, history))
+    """Rows with their per-epoch histories, scaling efficiency, labels and differing params,
+    sweep by sweep in job order."""
+    ordered = _in_order(runs)
+    histories = _histories(mlflow_client, [r.info.run_id for r in ordered])
+    rows = [report_row(run, histories[run.info.run_id]) for run in ordered]
     add_scaling_efficiency(rows)
     add_labels(rows)
     add_differences(rows)

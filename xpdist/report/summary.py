@@ -138,7 +138,14 @@ def write_markdown(table_rows: Sequence[Dict[str, Any]], path: Path, title: str,
 
 
 def plot_examples_per_sec(table_rows: Sequence[Dict[str, Any]], path: Path, title: str) -> Path:
-    """A bar chart of examples/sec per run (a run with no figure, e.g. FAILED, shows no bar)."""
+    """A bar chart of examples/sec per run (a run with no figure, e.g. FAILED, shows no bar);
+    for a large sweep, one bar per group of runs (the report's grouping)."""
+    from xpdist.report import figures
+
+    if len(table_rows) > figures.MAX_RUNS_SHOWN:
+        shown = [r for r in table_rows if r["examples_per_sec"] is not None]
+        return figures.grouped_bars(shown, [r["examples_per_sec"] for r in shown], title,
+                                  "throughput (examples/s, last epoch)", "{:,.0f}", path)
     import matplotlib  # here, not at the top: only a finished sweep draws, and it costs ~1 s
 
     matplotlib.use("Agg")  # no display; safe in any process

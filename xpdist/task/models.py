@@ -9,8 +9,6 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Dict, List, Sequence
 
-from hydra.utils import get_method
-
 from xpdist.core.registry import Registry
 
 MODELS = Registry("model")
@@ -78,6 +76,10 @@ def custom(keras, cfg, input_shape, num_outputs):
         ValueError: model._target_ cannot be imported.
         TypeError: the function returned something that is not a model of the run's Keras.
     """
+    # Imported here: hydra.utils pulls in Hydra's instantiate machinery, which every task
+    # would pay for before its first step while only model=custom needs it.
+    from hydra.utils import get_method
+
     target = cfg.model._target_
     try:
         builder: Callable = get_method(target)

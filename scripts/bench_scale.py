@@ -1,0 +1,139 @@
+"""Cost as the work grows: xpdist-report and the sweep summary on stores of many runs.
+
+The runs are made through MlflowClient (no training): each has the params, tags and 10 epochs
+of metrics an xpdist run logs, spread over a few strategies, and the sweep's runs are children
+of one parent run. Used by scripts/bench.py; runnable alone:
+
+    python scripts/bench_scale.py --runs 10 100 300 1000 --sweep-jobs 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+STRATEGIES = ("one_device", "mirrored", "central_storage", "multi_worker_mirrored")
+EPOCHS = 10
+
+
+def make_runs(uri: str, experiment: str, count: int, parent_id: str | None = None) -> List[str]:
+    """`count` finished runs shaped like xpdist's, with `EPOCHS` epochs of loss, val_loss and
+    examples_per_sec each; children of `parent_id` when given. Returns their ids."""
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+    ids = []
+    now = int(time.time() * 1000)
+    for job in range(count):
+        strategy = STRATEGIES[job % len(STRATEGIES)]
+        lr = (0.01, 0.05, 0.1)[job // len(STRATEGIES) % 3]
+        overrides = f"strategy={strategy} optimizer.learning_rate={lr}"
+        tags = {"xpdist.job": str(job), "xpdist.overrides": overrides, "xpdist.wall_time_s": "12.5"}
+        if parent_id:
+            tags["mlflow.parentRunId"] = parent_id
+        run = client.create_run(experiment_id, run_name=f"{job}-{strategy}", tags=tags)
+        replicas = 1 if strategy == "one_device" else 2
+        params = {"strategy": strategy, "num_replicas": str(replicas), "global_batch_size": str(64 * replicas),
+                  "optimizer.learning_rate": str(lr), "cross_ops": "auto", "communication": "auto"}
+        metrics = []
+        for epoch in range(EPOCHS):
+            loss = 1.0 / (1 + epoch * lr * 10) + job * 1e-4
+            for key, value in (("loss", loss), ("val_loss", loss * 1.1), ("examples_per_sec", 1000.0 * replicas)):
+                metrics.append(Metric(key, value, now + epoch, epoch))
+        metrics.append(Metric("steady_examples_per_sec", 1000.0 * replicas, now + EPOCHS, EPOCHS))
+        client.log_batch(run.info.run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()])
+        client.set_terminated(run.info.run_id, "FINISHED")
+        ids.append(run.info.run_id)
+    return ids
+
+
+def time_report(uri: str, experiment: str, out: Path) -> float:
+    """Seconds for `python -m xpdist.report --experiment` as a user runs it (a fresh process)."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "xpdist.report", "--experiment", experiment, "--tracking-uri", uri,
+                    "--out", str(out)], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def time_sweep_summary(uri: str, parent_id: str, sweep_dir: Path) -> float:
+    """Seconds for what a sweep does at its end (xpdist.driver.sweep's summary), in process."""
+    from xpdist.driver import sweep
+    from xpdist.report import summary
+
+    start = time.perf_counter()
+    rows = summary.rows(sweep._children(uri, parent_id))
+    with open(sweep_dir / "summary.txt", "w") as out:
+        sweep.report(rows, uri, parent_id, sweep_dir, out=out)
+    return time.perf_counter() - start
+
+
+def measure(run_counts: Sequence[int], sweep_jobs: int) -> Dict[str, object]:
+    """{"report": {runs: seconds}, "sweep_summary": {jobs: seconds}} on fresh SQLite stores.
+
+    The store grows to each count in turn: runs are added, not remade.
+    """
+    from mlflow.tracking import MlflowClient
+
+    sys.path.insert(0, str(REPO))
+    work = Path(tempfile.mkdtemp(prefix="xpdist-scale-"))
+    uri = f"sqlite:///{work / 'mlflow.db'}"
+    curve: Dict[int, float] = {}
+    made = 0
+    for count in sorted(run_counts):
+        make_runs(uri, "scale", count - made)
+        made = count
+        curve[count] = time_report(uri, "scale", work / f"report-{count}")
+        print(f"bench: xpdist-report on {count} runs: {curve[count]:.1f} s", flush=True)
+    client = MlflowClient(tracking_uri=uri)
+    experiment_id = client.create_experiment("sweep")
+    parent = client.create_run(experiment_id, run_name="sweep", tags={"xpdist.sweep": "true"})
+    make_runs(uri, "sweep", sweep_jobs, parent.info.run_id)
+    (work / "sweep").mkdir()
+    seconds = time_sweep_summary(uri, parent.info.run_id, work / "sweep")
+    print(f"bench: sweep summary of {sweep_jobs} jobs: {seconds:.1f} s", flush=True)
+    return {"report": curve, "sweep_summary": {sweep_jobs: seconds}, "work": str(work)}
+
+
+def sweep_overhead(values: Sequence[str] = ("0.01", "0.05", "0.1"), timeout_s: float = 900.0) -> Dict[str, float]:
+    """Seconds for N small single runs, the same N jobs as one sweep with the default launcher,
+    and with hydra/launcher=local_parallel; and the two ratios the issue sets targets for."""
+    import os
+
+    work = Path(tempfile.mkdtemp(prefix="xpdist-sweep-bench-"))
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    base = [sys.executable, "-m", "xpdist", "model=linear", "dataset=synthetic_regression", "trainer.epochs=2",
+            f"tracking.uri=sqlite:///{work / 'mlflow.db'}"]
+
+    def timed(cmd: List[str]) -> float:
+        start = time.perf_counter()
+        subprocess.run(cmd, cwd=work, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=timeout_s)
+        return time.perf_counter() - start
+
+    timed(base + ["hydra.run.dir=warmup"])  # the store exists and the files are in the page cache
+    singles = sum(timed(base + [f"optimizer.learning_rate={v}", f"hydra.run.dir=single-{v}"]) for v in values)
+    multirun = base[:3] + ["-m"] + base[3:]  # Hydra's argparse wants -m before the overrides
+    sweep = timed(multirun + [f"optimizer.learning_rate={','.join(values)}", "hydra.sweep.dir=sweep"])
+    parallel = timed(multirun + [f"optimizer.learning_rate={','.join(values)}", "hydra.sweep.dir=parallel",
+                             "hydra/launcher=local_parallel"])
+    cores = os.cpu_count() or 1
+    return {"jobs": len(values), "singles_s": singles, "sweep_s": sweep, "parallel_s": parallel, "cores": cores,
+            "sweep_ratio": sweep / singles, "parallel_ratio": parallel / (singles / cores)}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, nargs="+", default=[10, 100, 300, 1000])
+    parser.add_argument("--sweep-jobs", type=int, default=200)
+    parser.add_argument("--sweep-overhead", action="store_true", help="time a 3-job sweep against 3 runs instead")
+    args = parser.parse_args()
+    print(sweep_overhead() if args.sweep_overhead else measure(args.runs, args.sweep_jobs))
