@@ -39,6 +39,15 @@ class KerasFlavour(Enum):
     legacy = 2
 
 
+class Precision(Enum):
+    # Every variable and computation in float32.
+    float32 = 0
+    # float16 computations, float32 variables, dynamic loss scaling (GPUs with tensor cores).
+    mixed_float16 = 1
+    # bfloat16 computations, float32 variables, no loss scaling needed (TPUs, recent GPUs and CPUs).
+    mixed_bfloat16 = 2
+
+
 class Partitioner(Enum):
     # Variables are not sharded across parameter servers.
     none = 0
@@ -366,8 +375,12 @@ class TrainerBase:
     # about 3x faster and the cnn slower). Batch-level callbacks and
     # trainer.log_every_n_steps then see one batch per execution.
     steps_per_execution: Optional[int] = None
-    # Compile the train step with XLA (slower than the default for small CPU models).
-    jit_compile: bool = False
+    # Keras mixed-precision policy, set before the model is built; the model's output stays
+    # float32. mixed_float16 scales the loss (see docs/performance.md for which to choose).
+    precision: Precision = Precision.float32
+    # Compile the train step with XLA: auto (Keras' choice under fit, off under ctl), true
+    # or false. Slower than the default for small models on CPU.
+    jit_compile: str = "auto"
     # Keep the last K checkpoints written at the end of each epoch (0 disables them).
     keep_checkpoints: int = 2
     # Log loss to MLflow every N steps as well as every epoch (0: epochs only). Buffered

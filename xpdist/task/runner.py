@@ -17,7 +17,7 @@ from typing import Dict
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.jobdir import JobDir, JobSpec, MetricFile
 from xpdist.core.plan import Plan
-from xpdist.task import data, models, strategies
+from xpdist.task import data, models, precision, strategies
 from xpdist.task.train import ctl, fit, ps_ctl
 from xpdist.task.train.common import TrainContext
 
@@ -62,9 +62,11 @@ def build_context(tf, cfg, spec: JobSpec, strategy, job: JobDir, cluster: Cluste
     plan = spec.plan
     arrays = data.load(cfg, plan, Path(spec.launch_dir))
     keras = tf.keras
+    precision.set_policy(keras, cfg)
     with strategy.scope():
         model = models.build_model(keras, cfg, arrays.input_shape, arrays.num_outputs)
-        optimizer = models.build_optimizer(keras, cfg, plan.learning_rate)
+        model = precision.float32_output(keras, cfg, model)
+        optimizer = precision.wrap_optimizer(keras, cfg, models.build_optimizer(keras, cfg, plan.learning_rate))
     logger = MetricFile(job.metrics) if cluster.is_chief else None
     logged = set(logger.steps_with("epoch_time_s")) if logger is not None else set()
     return TrainContext(tf=tf, keras=keras, cfg=cfg, plan=plan, strategy=strategy, model=model, optimizer=optimizer,
