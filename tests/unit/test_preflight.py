@@ -194,3 +194,12 @@ def test_jit_compile_other_than_auto_true_false(tmp_path, value):
 def test_precision_and_xla_accepted(tmp_path, overrides):
     plan = preflight.check(plain(*overrides), tmp_path)
     assert plan.num_replicas >= 1
+
+
+def test_model_alias_needs_a_registered_model(tmp_path):
+    assert reject(tmp_path, "tracking.model_alias=champion").key == "tracking.model_alias"
+
+
+def test_registering_needs_a_logged_model(tmp_path):
+    err = reject(tmp_path, "tracking.register_model=digits", "tracking.log_model=false")
+    assert err.key == "tracking.register_model"

@@ -2,8 +2,9 @@
 
     driver writes  config.yaml, overrides.yaml, job.json (JobSpec)      once, before any task
     tasks write    metrics.jsonl (MetricFile), result.json (TaskResult),
-                   task_error.txt, model.keras, checkpoints/, logs/, cluster/*.ready
-    driver reads   metrics.jsonl (relayed to MLflow), result.json, model.keras, checkpoints/
+                   task_error.txt, model.keras, mlflow-model/, checkpoints/, logs/, cluster/*.ready
+    driver reads   metrics.jsonl (relayed to MLflow), result.json, model.keras, mlflow-model/,
+                   checkpoints/
 
 Every file name of the job directory is spelled here and nowhere else. Neither TensorFlow
 nor MLflow is imported: both sides load this module.
@@ -39,6 +40,8 @@ class JobDir:
     metrics = property(lambda self: self.root / "metrics.jsonl")
     task_error = property(lambda self: self.root / "task_error.txt")
     model = property(lambda self: self.root / "model.keras")
+    # The final model in MLflow's format (MLmodel, signature, input example), logged as `model`.
+    mlflow_model = property(lambda self: self.root / "mlflow-model")
     # The chief's checkpoints: kept and logged to MLflow.
     checkpoints = property(lambda self: self.root / "checkpoints")
     # tf-keras BackupAndRestore's state (trainer=fit on a multi-process cluster).
@@ -47,6 +50,11 @@ class JobDir:
     logs = property(lambda self: self.root / "logs")
     # The localhost launcher's state: tasks.json (pids) and one ready marker per started task.
     cluster_state = property(lambda self: self.root / "cluster")
+
+    @property
+    def tasks(self) -> Path:
+        """The localhost launcher's record of its task processes: {"attempt": n, "pids": {task: pid}}."""
+        return self.cluster_state / "tasks.json"
 
     def worker_checkpoints(self, task: str) -> Path:
         """Where a non-chief worker writes the checkpoints TensorFlow needs every worker to write."""

@@ -417,8 +417,17 @@ class TrackingConfig:
     experiment: str = "xpdist"
     # Run name (null: derived from strategy, cross_ops or communication, and replicas).
     run_name: Optional[str] = None
-    # Log the trained model as a .keras artifact.
+    # Log the trained model as the run's `model`: an MLflow model (mlflow.keras flavour, or
+    # mlflow.tensorflow under tf-keras) with signature and input example, and model.keras.
     log_model: bool = True
+    # Register the logged model under this name in the Model Registry, a new version per run.
+    register_model: Optional[str] = None
+    # Point this alias of the registered model at the run's version (models:/NAME@ALIAS loads it).
+    model_alias: Optional[str] = None
+    # Record CPU, memory and (where present) GPU figures as system/... metrics.
+    system_metrics: bool = True
+    # Seconds between two system metric samples.
+    system_metrics_interval_s: float = 10.0
 
 
 @dataclass

@@ -27,6 +27,7 @@ from xpdist.driver.launchers import process
 from xpdist.tracking import store
 from xpdist.tracking.params import flatten, run_params
 from xpdist.tracking.relay import MetricRelay
+from xpdist.tracking.sysmetrics import SystemMetrics
 
 
 @dataclass
@@ -98,7 +99,7 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
     # The task starts now and imports TensorFlow while this process creates the MLflow run.
     recorder = _Recorder(uri, job, lambda: store.create_run(
         uri, plain.tracking.experiment, result.run_name, run_params(config, plan), _tags(plan, ctx),
-        ctx.parent_run_id))
+        ctx.parent_run_id), plain.tracking)
     recorder.start()
     try:
         env = process.task_env({"MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"})
@@ -109,7 +110,7 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
         if outcome.restarts:
             store.set_tags(uri, result.run_id, {"xpdist.restarts": str(outcome.restarts)})
         if result.ok:
-            _log_outputs(uri, result.run_id, job)
+            _log_outputs(uri, result.run_id, job, plain.tracking)
     except process.Interrupted as err:
         result.status, result.error = "KILLED", f"interrupted by {err}"
         result.run_id = recorder.finish()
@@ -134,12 +135,14 @@ class _Recorder(threading.Thread):
     overlaps the task's TensorFlow import instead of delaying the task's start.
     """
 
-    def __init__(self, uri: str, job: JobDir, create: Callable[[], str]):
+    def __init__(self, uri: str, job: JobDir, create: Callable[[], str], tracking=None):
         super().__init__(name="xpdist-recorder", daemon=True)
         self._uri, self._job, self._create = uri, job, create
+        self._tracking = tracking
         self.run_id: Optional[str] = None
         self.error: Optional[BaseException] = None
         self.relay: Optional[MetricRelay] = None
+        self.system: Optional[SystemMetrics] = None
 
     def run(self) -> None:
         try:
@@ -147,6 +150,10 @@ class _Recorder(threading.Thread):
             store.log_artifacts(self._uri, self.run_id, [self._job.config, self._job.overrides])
             self.relay = MetricRelay(self._uri, self.run_id, self._job.metrics)
             self.relay.start()
+            if self._tracking is not None and self._tracking.system_metrics:
+                self.system = SystemMetrics(self._uri, self.run_id, self._job,
+                                            self._tracking.system_metrics_interval_s)
+                self.system.start()
         except BaseException as err:  # re-raised in the main thread by finish()
             self.error = err
 
@@ -156,6 +163,8 @@ class _Recorder(threading.Thread):
         if self.error is not None:
             raise self.error
         self.relay.stop()
+        if self.system is not None:
+            self.system.stop()
         return self.run_id
 
     def finish_quietly(self) -> None:
@@ -170,9 +179,12 @@ class _Recorder(threading.Thread):
         return {k: v for k, v in latest.items() if not k.startswith("batch_")}
 
 
-def _log_outputs(uri: str, run_id: str, job: JobDir) -> None:
-    """The trained model and the checkpoints the chief task left in the job directory."""
-    store.log_artifacts(uri, run_id, [job.model], "model")
+def _log_outputs(uri: str, run_id: str, job: JobDir, tracking) -> None:
+    """The trained model (MLflow's format, and model.keras) and the checkpoints the chief
+    task left in the job directory; the model registered where tracking.register_model says."""
+    store.log_artifacts(uri, run_id, [job.mlflow_model, job.model], "model")
+    if tracking.register_model and job.mlflow_model.is_dir():
+        store.register_model(uri, run_id, "model", tracking.register_model, tracking.model_alias)
     if job.checkpoints.is_dir() and any(job.checkpoints.iterdir()):
         store.log_artifacts(uri, run_id, [job.checkpoints], "checkpoints")
 

@@ -45,6 +45,7 @@ def check(cfg, launch_dir: Path) -> planning.Plan:
     _check_model_fits_data(cfg, launch_dir)
     _check_model_target(cfg)
     _check_precision(cfg)
+    _check_model_logging(cfg)
     plan = planning.make_plan(cfg, launch_dir)
     _check_xla(cfg, plan)
     _check_sizes(cfg, plan)
@@ -194,6 +195,19 @@ def _check_precision(cfg) -> None:
     if str(cfg.trainer.jit_compile).lower() not in ("auto", "true", "false"):
         raise ConfigError("trainer.jit_compile", cfg.trainer.jit_compile, "must be auto, true or false",
                           "Use trainer.jit_compile=auto (Keras decides), true or false.")
+
+
+def _check_model_logging(cfg) -> None:
+    tracking = cfg.tracking
+    if tracking.model_alias and not tracking.register_model:
+        raise ConfigError("tracking.model_alias", tracking.model_alias, "an alias names a version of a registered model",
+                          "Set tracking.register_model=NAME as well.")
+    if tracking.system_metrics_interval_s <= 0:
+        raise ConfigError("tracking.system_metrics_interval_s", tracking.system_metrics_interval_s, "must be above 0",
+                          "Use e.g. 10 (seconds), or tracking.system_metrics=false.")
+    if tracking.register_model and not tracking.log_model:
+        raise ConfigError("tracking.register_model", tracking.register_model, "tracking.log_model=false logs no model",
+                          "Drop tracking.log_model=false.")
 
 
 def _check_xla(cfg, plan: planning.Plan) -> None:

@@ -17,7 +17,7 @@ from typing import Dict
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.jobdir import JobDir, JobSpec, MetricFile
 from xpdist.core.plan import Plan
-from xpdist.task import data, models, precision, strategies
+from xpdist.task import data, export, models, precision, strategies
 from xpdist.task.train import ctl, fit, ps_ctl
 from xpdist.task.train.common import TrainContext
 
@@ -95,6 +95,7 @@ def save_outputs(ctx: TrainContext) -> None:
         return
     if ctx.cfg.tracking.log_model:
         ctx.model.save(str(ctx.job.model))
+        export.save_mlflow_model(ctx, ctx.job.model, ctx.job.mlflow_model)
 
 
 def serve(tf, resolver, job: JobDir) -> None:
