@@ -347,8 +347,8 @@ def markdown(table, targets: List[dict], meta: dict) -> str:
 PRECISION_VARIANTS = {
     "float32": ["trainer.precision=float32", "trainer.jit_compile=false"],
     "mixed_bfloat16": ["trainer.precision=mixed_bfloat16", "trainer.jit_compile=false"],
-    "jit_compile=true": ["trainer.precision=float32", "trainer.jit_compile=true"],
-    "mixed_bfloat16+jit": ["trainer.precision=mixed_bfloat16", "trainer.jit_compile=true"],
+    "xla": ["trainer.precision=float32", "trainer.jit_compile=true"],
+    "mixed_bfloat16+xla": ["trainer.precision=mixed_bfloat16", "trainer.jit_compile=true"],
 }
 
 

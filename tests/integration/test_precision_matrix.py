@@ -45,7 +45,8 @@ def _name(cell: tuple) -> str:
 def _run_process(root: Path, cells: List[tuple]) -> Dict[str, dict]:
     from conftest import xpdist_env
 
-    proc = subprocess.run([sys.executable, str(MATRIX_TASK), str(root), json.dumps([[_name(c), CELLS[c]] for c in cells])],
+    named = json.dumps([[_name(c), CELLS[c]] for c in cells])
+    proc = subprocess.run([sys.executable, str(MATRIX_TASK), str(root), named],
                           env=xpdist_env(), capture_output=True, text=True, timeout=400)
     results = {}
     for line in proc.stdout.splitlines():

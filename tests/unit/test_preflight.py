@@ -189,7 +189,8 @@ def test_jit_compile_other_than_auto_true_false(tmp_path, value):
 
 
 @pytest.mark.parametrize("overrides", [["trainer.jit_compile=true"], ["trainer.jit_compile=false"],
-                                       ["trainer.precision=mixed_float16", "strategy=mirrored", "devices.logical_cpus=2"],
+                                       ["trainer.precision=mixed_float16", "strategy=mirrored",
+                                        "devices.logical_cpus=2"],
                                        ["trainer.jit_compile=true", "strategy=multi_worker_mirrored"]])
 def test_precision_and_xla_accepted(tmp_path, overrides):
     plan = preflight.check(plain(*overrides), tmp_path)

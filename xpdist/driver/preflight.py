@@ -200,7 +200,8 @@ def _check_precision(cfg) -> None:
 def _check_model_logging(cfg) -> None:
     tracking = cfg.tracking
     if tracking.model_alias and not tracking.register_model:
-        raise ConfigError("tracking.model_alias", tracking.model_alias, "an alias names a version of a registered model",
+        raise ConfigError("tracking.model_alias", tracking.model_alias,
+                          "an alias names a version of a registered model",
                           "Set tracking.register_model=NAME as well.")
     if tracking.system_metrics_interval_s <= 0:
         raise ConfigError("tracking.system_metrics_interval_s", tracking.system_metrics_interval_s, "must be above 0",
