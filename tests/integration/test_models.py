@@ -113,7 +113,9 @@ def test_system_metrics_one_series_per_task(runs):
     done = runs["multi_worker"]
     for task in ("worker-0", "worker-1"):
         samples = done.history(f"system/{task}/memory_usage_megabytes")
-        system = sorted(key for key in done.client.get_run(done.run.info.run_id).data.metrics if key.startswith("system/"))
+        system = sorted(key for key in done.client.get_run(done.run.info.run_id).data.metrics
+                        if key.startswith("system/"))
         assert len(samples) >= 2, (system, done.proc.stderr[-2000:])
-        assert all(value > 10 for _, value in samples)  # a TensorFlow process holds far more than 10 MB
+        # A sample taken as the process starts holds the bare interpreter; one in training holds TensorFlow.
+        assert max(value for _, value in samples) > 100
     assert done.history(f"system/worker-0/cpu_utilization_percentage")
