@@ -86,6 +86,8 @@ class SystemMetrics(threading.Thread):
         for task, pid in pids.items():
             with contextlib.suppress(psutil.Error):
                 proc = self._procs.get(pid) or self._procs.setdefault(pid, psutil.Process(pid))
+                if proc.status() == psutil.STATUS_ZOMBIE:  # ended, not yet reaped: no figures, not zeros
+                    continue
                 name = task.replace(":", "-")
                 figures[f"{name}/cpu_utilization_percentage"] = proc.cpu_percent()
                 figures[f"{name}/memory_usage_megabytes"] = proc.memory_info().rss / 1e6
