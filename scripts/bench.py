@@ -18,6 +18,7 @@ It writes <out>/bench.json and <out>/bench.md.
     python scripts/bench.py --reps 3 --workloads cnn --strategies one_device mirrored-auto
     python scripts/bench.py --quick         # before a change to the task, trainers or data pipeline
     python scripts/bench.py --quick --scale --docs docs/performance.md   # + cost at scale, sweeps; the docs' table
+    python scripts/bench.py --precision     # cnn: mixed_bfloat16 and XLA against float32 / XLA off
 """
 
 from __future__ import annotations
@@ -374,6 +375,45 @@ def markdown(table, targets: List[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --precision: xpdist's cnn under each setting, as ratios to the first (float32, XLA off).
+PRECISION_VARIANTS = {
+    "float32": ["trainer.precision=float32", "trainer.jit_compile=false"],
+    "mixed_bfloat16": ["trainer.precision=mixed_bfloat16", "trainer.jit_compile=false"],
+    "xla": ["trainer.precision=float32", "trainer.jit_compile=true"],
+    "mixed_bfloat16+xla": ["trainer.precision=mixed_bfloat16", "trainer.jit_compile=true"],
+}
+
+
+def precision_bench(args, work: Path, strategy: List[str]) -> str:
+    """Steady examples/sec of the cnn per precision and XLA setting, interleaved; ratios to float32."""
+    cnn = workloads(args.quick)["cnn"]
+    measures: List[Measure] = []
+    names = list(PRECISION_VARIANTS)
+    for rep in range(args.reps):
+        shift = rep % len(names)
+        for name in names[shift:] + names[:shift]:
+            m = Measure("xpdist", "cnn", name, rep, cnn.per_replica_batch)
+            m.log = str(args.out / "logs" / f"precision-{name.replace('=', '-').replace('+', '_')}-{rep}.log")
+            run_xpdist(m, cnn.xpdist + strategy + PRECISION_VARIANTS[name] + ["tracking.log_model=false"],
+                       work, args.timeout)
+            print(f"bench: cnn {name} #{rep}: steady {fmt(m.steady_examples_per_sec, 0)} ex/s"
+                  + ("" if m.ok else f" FAILED ({m.error}; log {m.log})"), flush=True)
+            measures.append(m)
+    base = median([m.steady_examples_per_sec for m in measures if m.strategy == names[0] and m.ok])
+    lines = [f"cnn ({' '.join(strategy) or 'strategy=default'}), medians of {args.reps} interleaved "
+             f"repetition(s); {psutil.cpu_count()} CPUs", "",
+             "| setting | steady ex/s | ratio to float32, XLA off | runs (failed) |", "|---|---:|---:|---:|"]
+    for name in names:
+        mine = [m for m in measures if m.strategy == name]
+        rate = median([m.steady_examples_per_sec for m in mine if m.ok])
+        failed = sum(not m.ok for m in mine)
+        lines.append(f"| {name} | {fmt(rate, 0)} | {fmt(rate / base, 2)}x | {len(mine)} ({failed}) |")
+    text = "\n".join(lines) + "\n"
+    (args.out / "precision.md").write_text(text)
+    (args.out / "precision.json").write_text(json.dumps([asdict(m) for m in measures], indent=2))
+    return text
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Benchmark xpdist against a hand-written tf.distribute script.")
     p.add_argument("--reps", type=int, default=5, help="repetitions of every way and case (default 5)")
@@ -392,6 +432,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--scale", action="store_true", help="also time xpdist-report on 10..1,000 runs, the sweep "
                    "summary of 200 jobs and a 3-job sweep against 3 runs (scripts/bench_scale.py)")
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed first run of each way")
+    p.add_argument("--precision", action="store_true",
+                   help="only the cnn under each trainer.precision / trainer.jit_compile setting, as ratios")
+    p.add_argument("--precision-strategy", nargs="*", default=[],
+                   help="overrides of the --precision runs' strategy (default: strategy=default)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before one run is killed")
     args = p.parse_args(argv)
     if args.quick:  # its own choices, for what the flags were not given
@@ -412,6 +456,10 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="xpdist-bench-"))
     (args.out / "logs").mkdir(parents=True, exist_ok=True)
     prepare_stores(work)
+    if args.precision:
+        print(precision_bench(args, work, args.precision_strategy))
+        shutil.rmtree(work, ignore_errors=True)
+        return 0
     cases = [(workloads(args.quick, epochs)[w], strats[name], epochs)
              for epochs in args.epochs for name in args.strategies for w in args.workloads]
 

@@ -194,3 +194,31 @@ def test_cnn_on_npz_follows_the_array_shape(tmp_path):
     preflight.check(plain("model=cnn", "dataset=npz", "dataset.path=images.npz", "dataset.per_replica_batch_size=8"),
                     tmp_path)
 
+
+def test_xla_over_several_replicas_of_one_process(tmp_path):
+    err = reject(tmp_path, "strategy=mirrored", "devices.logical_cpus=2", "trainer.jit_compile=true")
+    assert err.key == "trainer.jit_compile" and "keras#19005" in str(err)
+    assert "\n" not in str(err)
+
+
+@pytest.mark.parametrize("value", ["yes", "1"])
+def test_jit_compile_other_than_auto_true_false(tmp_path, value):
+    assert reject(tmp_path, f"trainer.jit_compile={value}").key == "trainer.jit_compile"
+
+
+@pytest.mark.parametrize("overrides", [["trainer.jit_compile=true"], ["trainer.jit_compile=false"],
+                                       ["trainer.precision=mixed_float16", "strategy=mirrored",
+                                        "devices.logical_cpus=2"],
+                                       ["trainer.jit_compile=true", "strategy=multi_worker_mirrored"]])
+def test_precision_and_xla_accepted(tmp_path, overrides):
+    plan = preflight.check(plain(*overrides), tmp_path)
+    assert plan.num_replicas >= 1
+
+
+def test_model_alias_needs_a_registered_model(tmp_path):
+    assert reject(tmp_path, "tracking.model_alias=champion").key == "tracking.model_alias"
+
+
+def test_registering_needs_a_logged_model(tmp_path):
+    err = reject(tmp_path, "tracking.register_model=digits", "tracking.log_model=false")
+    assert err.key == "tracking.register_model"

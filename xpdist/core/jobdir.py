@@ -4,8 +4,9 @@
                    run.json (RunReady: the MLflow run exists, or why not)  once, beside the task
     tasks write    resolved.json (the plan as TensorFlow resolved it, strategy=tpu),
                    metrics.jsonl (MetricFile), result.json (TaskResult),
-                   task_error.txt, model.keras, checkpoints/, logs/, cluster/*.ready
-    driver reads   metrics.jsonl (relayed to MLflow), result.json, model.keras, checkpoints/
+                   task_error.txt, model.keras, mlflow-model/, checkpoints/, logs/, cluster/*.ready
+    driver reads   metrics.jsonl (relayed to MLflow), result.json, model.keras, mlflow-model/,
+                   checkpoints/
 
 A task's exit code says whether a restart could help (EXIT_* below): the localhost launcher
 restarts a cluster only after a task was lost (a signal) or failed with EXIT_RETRYABLE.
@@ -56,6 +57,8 @@ class JobDir:
     metrics = property(lambda self: self.root / "metrics.jsonl")
     task_error = property(lambda self: self.root / "task_error.txt")
     model = property(lambda self: self.root / "model.keras")
+    # The final model in MLflow's format (MLmodel, signature, input example), logged as `model`.
+    mlflow_model = property(lambda self: self.root / "mlflow-model")
     # The chief's checkpoints: kept and logged to MLflow.
     checkpoints = property(lambda self: self.root / "checkpoints")
     # tf-keras BackupAndRestore's state (trainer=fit on a multi-process cluster).
@@ -78,6 +81,11 @@ class JobDir:
             return Plan(**json.loads(self.resolved.read_text()))
         except (OSError, ValueError, TypeError):
             return None
+
+    @property
+    def tasks(self) -> Path:
+        """The localhost launcher's record of its task processes: {"attempt": n, "pids": {task: pid}}."""
+        return self.cluster_state / "tasks.json"
 
     def worker_checkpoints(self, task: str) -> Path:
         """Where a non-chief worker writes the checkpoints TensorFlow needs every worker to write."""

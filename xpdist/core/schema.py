@@ -39,6 +39,15 @@ class KerasFlavour(Enum):
     legacy = 2
 
 
+class Precision(Enum):
+    # Every variable and computation in float32.
+    float32 = 0
+    # float16 computations, float32 variables, dynamic loss scaling (GPUs with tensor cores).
+    mixed_float16 = 1
+    # bfloat16 computations, float32 variables, no loss scaling needed (TPUs, recent GPUs and CPUs).
+    mixed_bfloat16 = 2
+
+
 class Partitioner(Enum):
     # Variables are not sharded across parameter servers.
     none = 0
@@ -368,8 +377,12 @@ class TrainerBase:
     # about 3x faster and the cnn slower). Batch-level callbacks and
     # trainer.log_every_n_steps then see one batch per execution.
     steps_per_execution: Optional[int] = None
-    # Compile the train step with XLA (slower than the default for small CPU models).
-    jit_compile: bool = False
+    # Keras mixed-precision policy, set before the model is built; the model's output stays
+    # float32. mixed_float16 scales the loss (see docs/performance.md for which to choose).
+    precision: Precision = Precision.float32
+    # Compile the train step with XLA: auto (Keras' choice under fit, off under ctl), true
+    # or false. Slower than the default for small models on CPU.
+    jit_compile: str = "auto"
     # Keep the last K checkpoints written at the end of each epoch (0 disables them).
     keep_checkpoints: int = 2
     # Log loss to MLflow every N steps as well as every epoch (0: epochs only). Buffered
@@ -406,7 +419,8 @@ class TrackingConfig:
     experiment: str = "xpdist"
     # Run name (null: derived from strategy, cross_ops or communication, and replicas).
     run_name: Optional[str] = None
-    # Log the trained model as a .keras artifact.
+    # Log the trained model as the run's `model`: an MLflow model (mlflow.keras flavour, or
+    # mlflow.tensorflow under tf-keras) with signature and input example, and model.keras.
     log_model: bool = True
     # Continue this FAILED or KILLED run (its id) from its last checkpoint, into the same
     # MLflow run; every other key must be as it was. null: a new run.
@@ -417,6 +431,14 @@ class TrackingConfig:
     # heartbeat_s) is taken for lost and closed as FAILED by the next xpdist command on its
     # store, or by `python -m xpdist.tracking.reap`.
     heartbeat_timeout_s: float = 300.0
+    # Register the logged model under this name in the Model Registry, a new version per run.
+    register_model: Optional[str] = None
+    # Point this alias of the registered model at the run's version (models:/NAME@ALIAS loads it).
+    model_alias: Optional[str] = None
+    # Record CPU, memory and (where present) GPU figures as system/... metrics.
+    system_metrics: bool = True
+    # Seconds between two system metric samples.
+    system_metrics_interval_s: float = 10.0
 
 
 @dataclass

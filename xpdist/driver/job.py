@@ -29,6 +29,7 @@ from xpdist.driver.tuning.trial import TrialWatch
 from xpdist.tracking import heartbeat, reap, store
 from xpdist.tracking.params import rejected_params, run_params
 from xpdist.tracking.relay import MetricRelay
+from xpdist.tracking.sysmetrics import SystemMetrics
 
 
 @dataclass
@@ -119,7 +120,7 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
 
     # The task starts now and imports TensorFlow while this process creates the MLflow run;
     # it waits for the run before its first training step (JobDir.run_ready).
-    recorder = _Recorder(uri, job, create, plain.tracking.heartbeat_s, relay_from_end=bool(reopened))
+    recorder = _Recorder(uri, job, create, plain.tracking, relay_from_end=bool(reopened))
     recorder.start()
     # A trial of an Optuna study (hydra/sweeper=optuna): its epochs are reported, a pruner may stop it.
     trial = TrialWatch.start_for(ctx.job_num, job)
@@ -141,7 +142,7 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
         _log_resolved(uri, result.run_id, job, plan, result)
         if outcome.restarts:
             store.set_tags(uri, result.run_id, {"xpdist.restarts": str(outcome.restarts)})
-        _log_outputs(uri, result.run_id, job, result.ok)
+        _log_outputs(uri, result.run_id, job, plain.tracking, result.ok)
     except process.Interrupted as err:
         with process.signals_deferred():  # a second Ctrl-C must not leave the run RUNNING
             result.status, result.error = "KILLED", f"interrupted by {err}"
@@ -196,14 +197,15 @@ class _Recorder(threading.Thread):
     is written to JobDir.run_ready, which the task waits for before it trains.
     """
 
-    def __init__(self, uri: str, job: JobDir, create: Callable[[], str], heartbeat_s: float,
-                 relay_from_end: bool = False):
+    def __init__(self, uri: str, job: JobDir, create: Callable[[], str], tracking, relay_from_end: bool = False):
         super().__init__(name="xpdist-recorder", daemon=True)
-        self._uri, self._job, self._create, self._heartbeat_s = uri, job, create, heartbeat_s
+        self._uri, self._job, self._create, self._tracking = uri, job, create, tracking
+        self._heartbeat_s = tracking.heartbeat_s
         self._relay_from_end = relay_from_end  # the lines there were relayed by an earlier start
         self.run_id: Optional[str] = None
         self.error: Optional[BaseException] = None
         self.relay: Optional[MetricRelay] = None
+        self.system: Optional[SystemMetrics] = None
 
     def run(self) -> None:
         try:
@@ -212,6 +214,10 @@ class _Recorder(threading.Thread):
             store.log_artifacts(self._uri, self.run_id, [self._job.config, self._job.overrides])
             self.relay = MetricRelay(self._uri, self.run_id, self._job.metrics, from_end=self._relay_from_end)
             self.relay.start()
+            if self._tracking is not None and self._tracking.system_metrics:
+                self.system = SystemMetrics(self._uri, self.run_id, self._job,
+                                            self._tracking.system_metrics_interval_s)
+                self.system.start()
         except BaseException as err:  # re-raised in the main thread by finish()
             self.error = err
             self._abandon(err)
@@ -238,6 +244,8 @@ class _Recorder(threading.Thread):
         if self.error is not None:
             raise self.error
         self.relay.stop()
+        if self.system is not None:
+            self.system.stop()
         return self.run_id
 
     def finish_quietly(self) -> bool:
@@ -278,21 +286,24 @@ def _log_resolved(uri: str, run_id: str, job: JobDir, plan: Plan, result: JobRes
     result.num_replicas, result.global_batch_size = resolved.num_replicas, resolved.global_batch_size
 
 
-def _log_outputs(uri: str, run_id: str, job: JobDir, finished: bool = True) -> None:
-    """The trained model and the checkpoints the chief task left in the job directory.
+def _log_outputs(uri: str, run_id: str, job: JobDir, tracking, finished: bool = True) -> None:
+    """The trained model (MLflow's format, and model.keras), registered where
+    tracking.register_model says, and the checkpoints the chief task left in the job directory.
 
     Checkpoints are logged whatever the status: a FAILED or KILLED run resumes from them
     (tracking.resume) where its job directory is gone (another node after a requeue).
     """
     if finished:
-        store.log_artifacts(uri, run_id, [job.model], "model")
+        store.log_artifacts(uri, run_id, [job.mlflow_model, job.model], "model")
+        if tracking.register_model and job.mlflow_model.is_dir():
+            store.register_model(uri, run_id, "model", tracking.register_model, tracking.model_alias)
     if job.checkpoints.is_dir() and any(job.checkpoints.iterdir()):
         store.log_artifacts(uri, run_id, [job.checkpoints], "checkpoints")
 
 
 def _log_outputs_quietly(uri: str, run_id: str, job: JobDir) -> None:
     with contextlib.suppress(Exception):
-        _log_outputs(uri, run_id, job, finished=False)
+        _log_outputs(uri, run_id, job, None, finished=False)
 
 
 def _run_member(plain, plan: Plan, job: JobDir, cluster_env: ClusterEnv, result: JobResult,

@@ -22,6 +22,9 @@ from xpdist.core.clusterenv import check_tf_config, slurm_tasks
 from xpdist.core.errors import ConfigError
 
 MULTI_PROCESS_CLUSTERS = ("localhost", "tf_config", "slurm")
+# Strategies whose replicas are devices of one process: XLA cannot compile a step whose
+# variables live on several of them.
+ONE_PROCESS_REPLICAS = ("mirrored", "central_storage")
 
 
 def check(cfg, launch_dir: Path) -> planning.Plan:
@@ -42,7 +45,10 @@ def check(cfg, launch_dir: Path) -> planning.Plan:
     _check_dataset_source(cfg, launch_dir)
     _check_model_fits_data(cfg, launch_dir)
     _check_model_target(cfg)
+    _check_precision(cfg)
+    _check_model_logging(cfg)
     plan = planning.make_plan(cfg, launch_dir)
+    _check_xla(cfg, plan)
     _check_sizes(cfg, plan)
     return plan
 
@@ -184,6 +190,40 @@ def _check_numbers(cfg) -> None:
     for key in ("keep_checkpoints", "log_every_n_steps"):
         if cfg.trainer[key] < 0:
             raise ConfigError(f"trainer.{key}", cfg.trainer[key], "must be 0 or more", "Use 0 to disable.")
+
+
+def _check_precision(cfg) -> None:
+    if str(cfg.trainer.jit_compile).lower() not in ("auto", "true", "false"):
+        raise ConfigError("trainer.jit_compile", cfg.trainer.jit_compile, "must be auto, true or false",
+                          "Use trainer.jit_compile=auto (Keras decides), true or false.")
+
+
+def _check_model_logging(cfg) -> None:
+    tracking = cfg.tracking
+    if tracking.model_alias and not tracking.register_model:
+        raise ConfigError("tracking.model_alias", tracking.model_alias,
+                          "an alias names a version of a registered model",
+                          "Set tracking.register_model=NAME as well.")
+    if tracking.system_metrics_interval_s <= 0:
+        raise ConfigError("tracking.system_metrics_interval_s", tracking.system_metrics_interval_s, "must be above 0",
+                          "Use e.g. 10 (seconds), or tracking.system_metrics=false.")
+    if tracking.register_model and not tracking.log_model:
+        raise ConfigError("tracking.register_model", tracking.register_model, "tracking.log_model=false logs no model",
+                          "Drop tracking.log_model=false.")
+
+
+def _check_xla(cfg, plan: planning.Plan) -> None:
+    """XLA with several replicas in one process fails at the first step, under fit and ctl alike:
+    "Trying to access resource .../replica_1/... located in device CPU:1 from device CPU:0"
+    (keras-team/keras#19005, tensorflow/tensorflow#53140; measured here on 2 logical CPUs).
+    Every precision trained under every strategy here; only this combination is refused."""
+    if (str(cfg.trainer.jit_compile).lower() == "true" and plan.strategy in ONE_PROCESS_REPLICAS
+            and plan.num_replicas > 1):
+        raise ConfigError("trainer.jit_compile", "true",
+                          f"XLA cannot compile a step over {plan.num_replicas} replicas of "
+                          f"strategy={plan.strategy} in one process (keras-team/keras#19005)",
+                          "Use trainer.jit_compile=auto, or strategy=multi_worker_mirrored, where XLA compiles "
+                          "each worker's step.")
 
 
 def _check_dataset_source(cfg, launch_dir: Path) -> None:

@@ -18,7 +18,7 @@ from typing import Dict
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.jobdir import JobDir, JobSpec, MetricFile, RunReady
 from xpdist.core.plan import Plan, resolved_at_run_time, with_replicas
-from xpdist.task import data, models, strategies
+from xpdist.task import data, export, models, precision, strategies
 from xpdist.task.train import ctl, fit, ps_ctl
 from xpdist.task.train.common import TrainContext
 
@@ -80,9 +80,11 @@ def build_context(tf, cfg, spec: JobSpec, strategy, job: JobDir, cluster: Cluste
     plan = spec.plan
     arrays = data.load(cfg, plan, Path(spec.launch_dir))
     keras = tf.keras
+    precision.set_policy(keras, cfg)
     with strategy.scope():
         model = models.build_model(keras, cfg, arrays.input_shape, arrays.num_outputs)
-        optimizer = models.build_optimizer(keras, cfg, plan.learning_rate)
+        model = precision.float32_output(keras, cfg, model)
+        optimizer = precision.wrap_optimizer(keras, cfg, models.build_optimizer(keras, cfg, plan.learning_rate))
     logger = MetricFile(job.metrics) if cluster.is_chief else None
     logged = set(logger.steps_with("epoch_time_s")) | set(spec.logged_epochs) if logger is not None else set()
     return TrainContext(tf=tf, keras=keras, cfg=cfg, plan=plan, strategy=strategy, model=model, optimizer=optimizer,
@@ -111,6 +113,7 @@ def save_outputs(ctx: TrainContext) -> None:
         return
     if ctx.cfg.tracking.log_model:
         ctx.model.save(str(ctx.job.model))
+        export.save_mlflow_model(ctx, ctx.job.model, ctx.job.mlflow_model)
 
 
 def serve(tf, resolver, job: JobDir) -> None:

@@ -12,6 +12,7 @@ from typing import Dict
 
 from xpdist.task.data import replica_batches_fn
 from xpdist.task.models import loss_and_metrics
+from xpdist.task.precision import jit_compile, scaled_loss, unscaled_gradients
 from xpdist.task.train.common import (TrainContext, build_optimizer, checkpoint_manager, final_metrics, keep_iterators,
                                       record_epoch, restore_latest)
 
@@ -26,7 +27,12 @@ class _Loop:
         self.classification = ctx.arrays.kind == "classification"
         self.global_batch = ctx.plan.global_batch_size
         self.spe = ctx.plan.steps_per_execution
-        self.train_step = tf.function(self._train_steps, jit_compile=bool(ctx.cfg.trainer.jit_compile) or None)
+        # As Keras' own train step: XLA compiles the per-replica step, not the function that
+        # calls strategy.run (XLA cannot compile a function spanning several devices).
+        self.replica_step = self._replica_step
+        if jit_compile(ctx.cfg):
+            self.replica_step = tf.function(self._replica_step, jit_compile=True)
+        self.train_step = tf.function(self._train_steps)
         self.eval_step = tf.function(self._eval_step)
         self.SUM = tf.distribute.ReduceOp.SUM
         self.strategy = strategy
@@ -47,7 +53,8 @@ class _Loop:
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=self.global_batch)
             if model.losses:
                 loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
-        grads = tape.gradient(loss, model.trainable_variables)
+            scaled = scaled_loss(self.ctx.optimizer, loss)
+        grads = unscaled_gradients(self.ctx.optimizer, tape.gradient(scaled, model.trainable_variables))
         self.ctx.optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss, self._metric_sum(y, outputs)
 
@@ -57,7 +64,7 @@ class _Loop:
         loss_total = tf.constant(0.0)
         metric_total = tf.constant(0.0)
         for _ in tf.range(count):
-            loss, metric = self.strategy.run(self._replica_step, args=next(iterator))
+            loss, metric = self.strategy.run(self.replica_step, args=next(iterator))
             loss_total += self.strategy.reduce(self.SUM, loss, axis=None)
             metric_total += self.strategy.reduce(self.SUM, metric, axis=None)
         return loss_total, metric_total

@@ -7,6 +7,7 @@ from typing import Dict
 
 from xpdist.task.data import global_batches, worker_batches
 from xpdist.task.models import loss_and_metrics
+from xpdist.task.precision import jit_compile
 from xpdist.task.train.common import (TrainContext, checkpoint_manager, final_metrics, keep_iterators, record_epoch,
                                       resume_epoch)
 
@@ -85,13 +86,21 @@ def _callbacks(ctx: TrainContext):
     return callbacks
 
 
+def _jit_compile(ctx: TrainContext):
+    """Keras 3 takes "auto"; tf-keras takes None for its own default (off)."""
+    chosen = jit_compile(ctx.cfg)
+    if chosen is None:
+        return "auto" if ctx.plan.keras == "keras3" else None
+    return chosen
+
+
 def train(ctx: TrainContext) -> Dict[str, float]:
 
     tf, cfg, plan, arrays = ctx.tf, ctx.cfg, ctx.plan, ctx.arrays
     with ctx.strategy.scope():  # metric variables too: tf-keras refuses metrics made outside it
         spec = loss_and_metrics(ctx.keras, arrays.kind)
         ctx.model.compile(optimizer=ctx.optimizer, loss=spec["loss"], metrics=spec["metrics"],
-                          steps_per_execution=plan.steps_per_execution, jit_compile=cfg.trainer.jit_compile)
+                          steps_per_execution=plan.steps_per_execution, jit_compile=_jit_compile(ctx))
     train_ds = global_batches(tf, arrays.x_train, arrays.y_train, cfg, plan, training=True)
     if plan.strategy == "parameter_server":
         # tf-keras' Model.fit under ParameterServerStrategy takes a DatasetCreator: each

@@ -13,6 +13,7 @@ from typing import Dict
 
 from xpdist.task.data import worker_batches
 from xpdist.task.models import loss_and_metrics
+from xpdist.task.precision import jit_compile, scaled_loss, unscaled_gradients
 from xpdist.task.train.common import (TrainContext, build_optimizer, checkpoint_manager, final_metrics, record_epoch,
                                       restore_latest)
 
@@ -43,13 +44,16 @@ def train(ctx: TrainContext) -> Dict[str, float]:
         with tf.GradientTape() as tape:
             outputs = model(x, training=True)
             loss = batch_loss(y, outputs)
-        grads = tape.gradient(loss, model.trainable_variables)
+            scaled = scaled_loss(optimizer, loss)
+        grads = unscaled_gradients(optimizer, tape.gradient(scaled, model.trainable_variables))
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss, metric_sum(y, outputs)
 
+    step = tf.function(replica_step, jit_compile=True) if jit_compile(cfg) else replica_step  # as in ctl
+
     @tf.function
     def train_step(iterator):
-        loss, metric = strategy.run(replica_step, args=next(iterator))
+        loss, metric = strategy.run(step, args=next(iterator))
         SUM = tf.distribute.ReduceOp.SUM
         return strategy.reduce(SUM, loss, axis=None), strategy.reduce(SUM, metric, axis=None)
 

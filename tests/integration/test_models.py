@@ -1,0 +1,123 @@
+"""The logged model: MLflow loads it, it predicts what the trained Keras model predicts, and
+it registers; a multi-worker run trains with mixed precision; system metrics are sampled.
+
+Three real CLI runs: mirrored (Keras 3, mlflow.keras flavour, registered with an alias),
+multi_worker_mirrored on localhost (tf-keras Model.fit, mlflow.tensorflow flavour,
+mixed_float16) and parameter_server on localhost (the custom loop).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import Xpdist, xpdist_env
+from harness import JOBS, Finished
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
+DIGITS = ["dataset=digits", "model=mlp", "trainer.epochs=2", "trainer.progress=false"]
+RUNS = {
+    "mirrored": ["strategy=mirrored", "devices.logical_cpus=2", "trainer.precision=mixed_bfloat16",
+                 "tracking.system_metrics_interval_s=1",
+                 "tracking.register_model=digits", "tracking.model_alias=champion"],
+    "multi_worker": ["strategy=multi_worker_mirrored", "cluster=localhost", "cluster.workers=2",
+                     "trainer.precision=mixed_float16", "tracking.system_metrics_interval_s=1"],
+    "parameter_server": ["strategy=parameter_server", "cluster=localhost", "cluster.workers=2", "cluster.ps=1",
+                         "trainer=ctl"],
+}
+
+# Run in a fresh interpreter: pyfunc imports TensorFlow, and tf-keras must be chosen before.
+COMPARE = r"""
+import json, sys
+import numpy as np
+import mlflow
+from mlflow.models import Model
+
+uri, model_uri, artifact_dir, keras_path = sys.argv[1:5]
+mlflow.set_tracking_uri(uri)
+example = Model.load(artifact_dir).load_input_example(artifact_dir)
+served = np.asarray(mlflow.pyfunc.load_model(model_uri).predict(example), dtype="float64")
+import tensorflow as tf
+trained = tf.keras.models.load_model(keras_path, compile=False)
+expected = np.asarray(trained(np.asarray(example, dtype="float32"), training=False), dtype="float64")
+print("RESULT " + json.dumps({"max_diff": float(np.abs(served - expected).max()), "shape": list(served.shape)}))
+"""
+
+
+def _compare(done: Finished, model_uri: str, legacy: bool) -> dict:
+    model_dir = done.artifact_dir() / "model"
+    env = xpdist_env({"TF_USE_LEGACY_KERAS": "1" if legacy else "0"})
+    proc = subprocess.run([sys.executable, "-c", COMPARE, done.xpdist.uri, model_uri, str(model_dir),
+                           str(model_dir / "model.keras")], env=env, capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, proc.stderr[-3000:]
+    return json.loads(lines[-1][7:])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    def one(name):
+        xp = Xpdist(tmp_path_factory.mktemp(name))
+        proc = xp.run(*DIGITS, *RUNS[name], tiny=False, timeout=600)
+        found = xp.runs()
+        return name, Finished(name, xp, proc, found[-1] if found else None)
+
+    with ThreadPoolExecutor(max_workers=JOBS) as pool:
+        return dict(pool.map(one, RUNS))
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_pyfunc_predicts_what_the_trained_model_predicts(runs, name):
+    done = runs[name]
+    assert done.run is not None and done.run.info.status == "FINISHED", done.proc.stderr[-3000:]
+    assert math.isfinite(done.run.data.metrics["loss"])
+    artifacts = done.artifacts()
+    assert {"model/MLmodel", "model/model.keras", "model/input_example.json"} <= set(artifacts), artifacts
+    flavour = "tensorflow" if done.run.data.params["keras"] == "legacy" else "keras"
+    assert flavour in yaml.safe_load((done.artifact_dir() / "model" / "MLmodel").read_text())["flavors"]
+    found = _compare(done, f"runs:/{done.run.info.run_id}/model", legacy=flavour == "tensorflow")
+    assert found["shape"][1] == 10
+    assert found["max_diff"] <= 1e-5, found
+
+
+def test_registered_model_loads_by_alias(runs):
+    done = runs["mirrored"]
+    client = done.client
+    version = client.get_model_version_by_alias("digits", "champion")
+    assert version.run_id == done.run.info.run_id
+    found = _compare(done, "models:/digits@champion", legacy=False)
+    assert found["max_diff"] <= 1e-5, found
+
+
+def test_precision_is_a_param(runs):
+    assert runs["mirrored"].run.data.params["trainer.precision"] == "mixed_bfloat16"
+    assert runs["multi_worker"].run.data.params["trainer.precision"] == "mixed_float16"
+
+
+def test_system_metrics_sampled_during_the_run(runs):
+    """The machine's series under MLflow's names, at least two samples of a run of seconds."""
+    done = runs["mirrored"]
+    assert len(done.history("system/cpu_utilization_percentage")) >= 2
+    assert len(done.history("system/system_memory_usage_megabytes")) >= 2
+
+
+def test_system_metrics_one_series_per_task(runs):
+    done = runs["multi_worker"]
+    for task in ("worker-0", "worker-1"):
+        samples = done.history(f"system/{task}/memory_usage_megabytes")
+        system = sorted(key for key in done.client.get_run(done.run.info.run_id).data.metrics
+                        if key.startswith("system/"))
+        # At least one: sampling starts once the run exists, which on a new store under load
+        # can be late in a run this short (the machine's series above has two or more).
+        assert samples, (system, done.proc.stderr[-2000:])
+        # A sample taken as the process starts holds the bare interpreter; one in training holds TensorFlow.
+        assert max(value for _, value in samples) > 100
+    assert done.history(f"system/worker-0/cpu_utilization_percentage")
