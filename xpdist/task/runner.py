@@ -60,7 +60,7 @@ def build_strategy(tf, cfg, plan: Plan):
 def build_context(tf, cfg, spec: JobSpec, strategy, job: JobDir, cluster: ClusterEnv) -> TrainContext:
     tf.keras.utils.set_random_seed(cfg.seed)
     plan = spec.plan
-    arrays = data.load(cfg, plan, Path(spec.launch_dir))
+    arrays = data.load(cfg, plan, Path(spec.launch_dir), strategy)
     keras = tf.keras
     with strategy.scope():
         model = models.build_model(keras, cfg, arrays.input_shape, arrays.num_outputs)

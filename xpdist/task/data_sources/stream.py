@@ -1,0 +1,130 @@
+"""Split and Streams: a streamed data set in the place of xpdist.task.data's arrays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Tuple
+
+from hydra.utils import get_method
+
+from xpdist.task.data_sources import image_folder, pipeline, tfrecord
+
+
+class DataError(RuntimeError):
+    """Bad data found by the task: the message names the config key and the file or function."""
+
+
+@dataclass
+class Split:
+    """One split ("train" or "validation") of a streamed source, batched on demand."""
+
+    cfg: Any
+    plan: Any
+    launch_dir: Path
+    split: str
+    keras: Any
+    strategy: Any
+
+    def _examples(self, tf, training: bool, seed, context=None):
+        name = self.cfg.dataset.name
+        if name == "tfrecord":
+            paths = tfrecord.files(self.cfg, self.launch_dir, self.split)
+            paths, by_example = pipeline.shard_files(paths, self.cfg, context)
+            return tfrecord.examples(tf, self.cfg, paths, training, seed), by_example
+        examples = image_folder.examples(tf, self.keras, self.cfg, self.launch_dir, self.split)
+        return examples, pipeline.shard_files([], self.cfg, context)[1]
+
+    def _user(self, tf, context, batch_size: int, training: bool):
+        ds = call_user_function(tf, self.cfg, context, batch_size, self.split)
+        ds = ds.repeat() if training else ds.take(self.plan.validation_steps)
+        return pipeline.prefetch(tf, ds, self.cfg).with_options(pipeline.options(tf, self.cfg))
+
+    def global_batches(self, tf, training: bool):
+        """Global batches for Model.fit (a custom source: per-replica batches, distributed here)."""
+        if self.cfg.dataset.name == "custom":
+            if self.plan.strategy == "parameter_server":  # the coordinator's own validation batches
+                return self._user(tf, None, self.plan.global_batch_size, training)
+            return self.strategy.distribute_datasets_from_function(
+                lambda context: self._user(tf, context, self.plan.per_replica_batch_size, training))
+        examples, _ = self._examples(tf, training, self.cfg.seed)
+        ds = pipeline.batches(tf, examples, self.cfg, self.plan.global_batch_size, training, self.cfg.seed)
+        return ds if training else ds.take(self.plan.validation_steps)
+
+    def dataset_fn(self, tf, training: bool):
+        """Per-replica batches of one input pipeline, for distribute_datasets_from_function."""
+        def fn(context):
+            per_replica = context.get_per_replica_batch_size(self.plan.global_batch_size)
+            if self.cfg.dataset.name == "custom":
+                return self._user(tf, context, per_replica, training)
+            examples, by_example = self._examples(tf, training, self.cfg.seed, context)
+            ds = pipeline.batches(tf, examples, self.cfg, per_replica, training, self.cfg.seed, context, by_example)
+            return ds if training else ds.take(self.plan.validation_steps)
+
+        return fn
+
+    def worker_batches(self, tf):
+        """A parameter_server worker's global batches, shuffled with the worker's own seed."""
+        if self.cfg.dataset.name == "custom":
+            return self._user(tf, None, self.plan.global_batch_size, training=True)
+        seed = pipeline.worker_seed(tf)
+        examples, _ = self._examples(tf, True, seed)
+        return pipeline.batches(tf, examples, self.cfg, self.plan.global_batch_size, True, seed)
+
+
+def call_user_function(tf, cfg, context, batch_size: int, split: str):
+    """dataset._target_(context, batch_size, split, **kwargs), checked to be a tf.data.Dataset."""
+    target = cfg.dataset._target_
+    try:
+        fn = get_method(target)
+        ds = fn(context, batch_size, split, **dict(cfg.dataset.kwargs))
+    except Exception as err:
+        reason = " ".join(str(err).split())[:300] or type(err).__name__
+        raise DataError(f"dataset._target_={target} raised {type(err).__name__}: {reason}") from err
+    if not isinstance(ds, tf.data.Dataset) and not (split == "validation" and ds is None):
+        raise DataError(f"dataset._target_={target} returned {type(ds).__name__}, not a tf.data.Dataset of "
+                        "(features, labels) batches (docs/data.md)")
+    return ds
+
+
+@dataclass
+class Streams:
+    """What the trainers read of a data set; the streamed counterpart of data.Arrays."""
+
+    x_train: Split
+    x_val: Optional[Split]
+    kind: str
+    num_outputs: int
+    input_shape: Tuple[int, ...]
+    y_train: None = None
+    y_val: None = None
+
+
+def load(tf, keras, cfg, plan, launch_dir: Path, strategy) -> Streams:
+    """The streamed data set of cfg.dataset: its splits, and the shapes the model needs."""
+    name = cfg.dataset.name
+    if name == "tfrecord":
+        shape, kind, outputs = tfrecord.describe(cfg)
+    elif name == "image_folder":
+        shape, kind, outputs = image_folder.describe(cfg, launch_dir)
+    else:
+        shape, kind, outputs = _describe_user(tf, cfg, plan)
+    splits = [Split(cfg, plan, launch_dir, s, keras, strategy) for s in ("train", "validation")]
+    return Streams(splits[0], splits[1] if plan.validation_steps else None, kind, outputs, shape)
+
+
+def _describe_user(tf, cfg, plan):
+    """Input shape, kind and outputs from the element_spec of the function's training data."""
+    ds = call_user_function(tf, cfg, None, plan.per_replica_batch_size, "train")
+    target = cfg.dataset._target_
+    spec = ds.element_spec
+    if not isinstance(spec, tuple) or len(spec) != 2:
+        raise DataError(f"dataset._target_={target} returned elements {spec}, not (features, labels) pairs")
+    features, labels = spec
+    if labels.dtype.is_integer:
+        if not cfg.dataset.num_classes:
+            raise DataError(f"dataset._target_={target} returns integer labels but dataset.num_classes is 0; "
+                            "set dataset.num_classes=N (labels 0..N-1), or return float targets")
+        return tuple(features.shape[1:]), "classification", int(cfg.dataset.num_classes)
+    outputs = labels.shape[-1] if labels.shape.rank and labels.shape.rank > 1 else 1
+    return tuple(features.shape[1:]), "regression", int(outputs)
