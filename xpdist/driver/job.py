@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from xpdist.core import datafiles
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir, JobSpec
@@ -96,9 +97,15 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
     if not cluster_env.is_chief:
         return _run_member(plain, plan, job, cluster_env, result, started)
     # The task starts now and imports TensorFlow while this process creates the MLflow run.
-    recorder = _Recorder(uri, job, lambda: store.create_run(
-        uri, plain.tracking.experiment, result.run_name, run_params(config, plan), _tags(plan, ctx),
-        ctx.parent_run_id))
+    inputs = datafiles.describe(plain, plan, ctx.launch_dir)
+
+    def create_run() -> str:
+        run_id = store.create_run(uri, plain.tracking.experiment, result.run_name, run_params(config, plan),
+                                  _tags(plan, ctx), ctx.parent_run_id)
+        store.log_inputs(uri, run_id, inputs)
+        return run_id
+
+    recorder = _Recorder(uri, job, create_run)
     recorder.start()
     try:
         env = process.task_env({"MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"})
