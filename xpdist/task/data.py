@@ -178,5 +178,14 @@ def worker_batches(tf, x, y, cfg, plan: Plan):
     return ds.batch(plan.global_batch_size, drop_remainder=True).repeat().prefetch(tf.data.AUTOTUNE)
 
 
+def explain(tf, cfg, launch_dir: Path, err: Exception) -> Exception:
+    """The error to report for a TensorFlow error while training (see data_sources.stream.explain)."""
+    if cfg.dataset.name not in STREAMED:
+        return err
+    from xpdist.task.data_sources import stream
+
+    return stream.explain(tf, cfg, launch_dir, err)
+
+
 def _streamed(x) -> bool:
     return not isinstance(x, np.ndarray)

@@ -124,7 +124,10 @@ def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> None:
     strategy = build_strategy(tf, cfg, plan)
     job.mark_ready(cluster.file_name)
     ctx = build_context(tf, cfg, spec, strategy, job, cluster)
-    final = train(ctx)
+    try:
+        final = train(ctx)
+    except tf.errors.OpError as err:  # a bad file of a streamed source: name it and its key
+        raise data.explain(tf, cfg, Path(spec.launch_dir), err) from err
     if ctx.logger is not None:  # the run's summary figures, at the last epoch's step
         summary = {k: final[k] for k in ("steady_examples_per_sec", "first_step_s") if k in final}
         ctx.logger.add(summary, step=int(cfg.trainer.epochs))  # not len(history): a resumed run has fewer

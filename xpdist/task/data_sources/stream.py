@@ -128,3 +128,28 @@ def _describe_user(tf, cfg, plan):
         return tuple(features.shape[1:]), "classification", int(cfg.dataset.num_classes)
     outputs = labels.shape[-1] if labels.shape.rank and labels.shape.rank > 1 else 1
     return tuple(features.shape[1:]), "regression", int(outputs)
+
+
+def explain(tf, cfg, launch_dir: Path, err: Exception) -> Exception:
+    """A DataError naming the key and the file for a TFRecord read that failed while training.
+
+    TensorFlow's own message ("corrupted record at 12", "Feature: x ... could not be found")
+    names neither, so on this error path alone each file is read again to find the first bad one.
+    """
+    if cfg.dataset.name != "tfrecord" or not isinstance(err, (tf.errors.DataLossError, tf.errors.InvalidArgumentError)):
+        return err
+    spec = tfrecord._feature_spec(tf, cfg)
+    compression = "" if cfg.dataset.compression == "none" else cfg.dataset.compression
+    for split in ("train", "validation"):
+        if split == "validation" and not cfg.dataset.validation_files:
+            continue
+        for path in tfrecord.files(cfg, launch_dir, split):
+            records = tf.data.TFRecordDataset(path, compression_type=compression)
+            try:
+                for _ in records.map(lambda r: tf.io.parse_single_example(r, spec)):
+                    pass
+            except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as bad:
+                key = "dataset.features" if isinstance(bad, tf.errors.InvalidArgumentError) else "dataset.files"
+                reason = " ".join(bad.message.split())[:200]
+                return DataError(f"{key}: {path} cannot be read as configured: {reason}")
+    return err
