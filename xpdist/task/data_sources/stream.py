@@ -33,7 +33,9 @@ class Split:
             paths, by_example = pipeline.shard_files(paths, self.cfg, context)
             return tfrecord.examples(tf, self.cfg, paths, training, seed), by_example
         examples = image_folder.examples(tf, self.keras, self.cfg, self.launch_dir, self.split)
-        return examples, pipeline.shard_files([], self.cfg, context)[1]
+        # Keras reads the folder as one list of files: pipelines can only split it by example.
+        shard = context is not None and context.num_input_pipelines > 1 and self.cfg.dataset.auto_shard_policy != "off"
+        return examples, shard
 
     def _user(self, tf, context, batch_size: int, training: bool):
         ds = call_user_function(tf, self.cfg, context, batch_size, self.split)
