@@ -39,7 +39,7 @@ class Split:
 
     def _user(self, tf, context, batch_size: int, training: bool):
         ds = call_user_function(tf, self.cfg, context, batch_size, self.split)
-        ds = ds.repeat() if training else ds.take(self.plan.validation_steps)
+        ds = ds.repeat() if training else self._validation(tf, ds)
         return pipeline.prefetch(tf, ds, self.cfg).with_options(pipeline.options(tf, self.cfg))
 
     def global_batches(self, tf, training: bool):
@@ -51,7 +51,14 @@ class Split:
                 lambda context: self._user(tf, context, self.plan.per_replica_batch_size, training))
         examples, _ = self._examples(tf, training, self.cfg.seed)
         ds = pipeline.batches(tf, examples, self.cfg, self.plan.global_batch_size, training, self.cfg.seed)
-        return ds if training else ds.take(self.plan.validation_steps)
+        return ds if training else self._validation(tf, ds)
+
+    def _validation(self, tf, ds):
+        """The first validation_steps batches, with that cardinality declared: Keras 3's fit
+        re-reads a finite validation set every epoch only when its length is known (a file
+        reader's is not), else its second epoch stops with StopIteration."""
+        steps = self.plan.validation_steps
+        return ds.take(steps).apply(tf.data.experimental.assert_cardinality(steps))
 
     def dataset_fn(self, tf, training: bool):
         """Per-replica batches of one input pipeline, for distribute_datasets_from_function."""
@@ -61,7 +68,7 @@ class Split:
                 return self._user(tf, context, per_replica, training)
             examples, by_example = self._examples(tf, training, self.cfg.seed, context)
             ds = pipeline.batches(tf, examples, self.cfg, per_replica, training, self.cfg.seed, context, by_example)
-            return ds if training else ds.take(self.plan.validation_steps)
+            return ds if training else self._validation(tf, ds)
 
         return fn
 
