@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Tuple
@@ -159,6 +160,16 @@ def explain(tf, cfg, launch_dir: Path, err: Exception) -> Exception:
                     pass
             except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as bad:
                 key = "dataset.features" if isinstance(bad, tf.errors.InvalidArgumentError) else "dataset.files"
-                reason = " ".join(bad.message.split())[:200]
+                reason = _tf_reason(bad.message)
                 return DataError(f"{key}: {path} cannot be read as configured: {reason}")
     return err
+
+
+def _tf_reason(message: str) -> str:
+    """The part of a tf.data error a user can act on, without op names and device paths."""
+    text = " ".join(re.sub(r"\[*\{\{[^}]*\}\}\]*|\[Op:[^\]]*\]|name:\s*$", " ", message).split())
+    for marker in ("Feature: ", "corrupted record", "truncated record"):
+        if marker in text:
+            text = text[text.index(marker):]
+            break
+    return text[:200]
