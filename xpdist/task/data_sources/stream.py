@@ -59,6 +59,8 @@ class Split:
         re-reads a finite validation set every epoch only when its length is known (a file
         reader's is not), else its second epoch stops with StopIteration."""
         steps = self.plan.validation_steps
+        if self.plan.keras != "keras3":  # tf-keras re-reads it anyway; and under multi-worker
+            return ds.take(steps)       # auto-sharding the declared length failed the assertion
         return ds.take(steps).apply(tf.data.experimental.assert_cardinality(steps))
 
     def dataset_fn(self, tf, training: bool):
