@@ -5,13 +5,20 @@ from __future__ import annotations
 from typing import Optional
 
 
-def options(tf, cfg):
-    """tf.data.Options carrying dataset.auto_shard_policy, read when a strategy distributes a dataset."""
+def options(tf, cfg, num_files: int = 0, num_workers: int = 1):
+    """tf.data.Options carrying dataset.auto_shard_policy, read when a strategy distributes a dataset.
+
+    auto with fewer files than workers is made data: TensorFlow's own AUTO failed a
+    multi-worker run here on a single validation file (InvalidArgumentError).
+    """
     policies = tf.data.experimental.AutoShardPolicy
+    policy = cfg.dataset.auto_shard_policy
+    if policy == "auto" and num_files and num_files < num_workers:
+        policy = "data"
     opts = tf.data.Options()
     opts.experimental_distribute.auto_shard_policy = {
         "auto": policies.AUTO, "file": policies.FILE, "data": policies.DATA, "off": policies.OFF,
-    }[cfg.dataset.auto_shard_policy]
+    }[policy]
     return opts
 
 
@@ -30,7 +37,8 @@ def shard_files(files, cfg, context) -> tuple:
     return files, True
 
 
-def batches(tf, examples, cfg, batch_size: int, training: bool, seed, context=None, shard_examples=False):
+def batches(tf, examples, cfg, batch_size: int, training: bool, seed, context=None, shard_examples=False,
+            num_files: int = 0, num_workers: int = 1):
     """Examples -> cached, shuffled, repeated (training), batched and prefetched batches."""
     ds = cfg.dataset
     if shard_examples:
@@ -45,7 +53,7 @@ def batches(tf, examples, cfg, batch_size: int, training: bool, seed, context=No
             examples = examples.shuffle(ds.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
         examples = examples.repeat()
     out = examples.batch(batch_size, drop_remainder=bool(ds.drop_remainder) or training)
-    return prefetch(tf, out, cfg).with_options(options(tf, cfg))
+    return prefetch(tf, out, cfg).with_options(options(tf, cfg, num_files, num_workers))
 
 
 def prefetch(tf, ds, cfg):

@@ -51,7 +51,9 @@ class Split:
             return self.strategy.distribute_datasets_from_function(
                 lambda context: self._user(tf, context, self.plan.per_replica_batch_size, training))
         examples, _ = self._examples(tf, training, self.cfg.seed)
-        ds = pipeline.batches(tf, examples, self.cfg, self.plan.global_batch_size, training, self.cfg.seed)
+        num_files = len(tfrecord.files(self.cfg, self.launch_dir, self.split)) if self.cfg.dataset.name == "tfrecord" else 0
+        ds = pipeline.batches(tf, examples, self.cfg, self.plan.global_batch_size, training, self.cfg.seed,
+                              num_files=num_files, num_workers=self.plan.num_workers)
         return ds if training else self._validation(tf, ds)
 
     def _validation(self, tf, ds):
