@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from tests.conftest import REPO, compose, xpdist_env
+from tests.datafiles import write_image_folder
 
 pytestmark = pytest.mark.slow
 
@@ -68,6 +69,8 @@ def check_finished_child(child):
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_recipe_runs(xpdist, recipe):
     sweep = bool(compose([f"recipe={recipe}"]).hydra.sweeper.params)
+    if compose([f"recipe={recipe}"]).dataset.name == "image_folder":  # the recipe reads data/images
+        write_image_folder(xpdist.workdir / "data" / "images", size=32)
     proc = xpdist.run(f"recipe={recipe}", *TINY, *(PARALLEL if sweep else []), tiny=False, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     if not sweep:
