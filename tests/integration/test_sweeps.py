@@ -70,7 +70,7 @@ def check_finished_child(child):
 def test_recipe_runs(xpdist, recipe):
     sweep = bool(compose([f"recipe={recipe}"]).hydra.sweeper.params)
     if compose([f"recipe={recipe}"]).dataset.name == "image_folder":  # the recipe reads data/images
-        write_image_folder(xpdist.workdir / "data" / "images", size=32)
+        write_image_folder(xpdist.workdir / "data" / "images", per_class=100, size=32)
     proc = xpdist.run(f"recipe={recipe}", *TINY, *(PARALLEL if sweep else []), tiny=False, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     if not sweep:
