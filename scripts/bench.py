@@ -74,14 +74,23 @@ class Strategy:
     replicas: int = 1
 
 
-def workloads(quick: bool, epochs: int | None = None) -> Dict[str, Workload]:
-    """The guide's linear example, and a small CNN whose steps take milliseconds; `epochs`
-    overrides both workloads' epoch counts (the after-training phase grew with it once)."""
+def workloads(quick: bool, epochs: int | None = None, work: Path = Path(".")) -> Dict[str, Workload]:
+    """The guide's linear example, a small CNN whose steps take milliseconds, and the same CNN
+    reading TFRecord files (written by write_tfrecords) against the tf.data guide's pipeline;
+    `epochs` overrides the workloads' epoch counts (the after-training phase grew with it once)."""
     linear_epochs = epochs or (2 if quick else 5)
     # 1,024 examples also in quick mode: with fewer, 12 epochs pass before tf.data's autotuner
     # sleeps long enough for a teardown that waits for it to show (the old after-training gap).
     cnn = dict(examples=1024, epochs=epochs or (2 if quick else 3))
+    files = str(work / "tfrecords" / "train-*.tfrecord")
     return {
+        "cnn_tfrecord": Workload(
+            "cnn_tfrecord", ["model=cnn", "model.filters=[16,32]", "dataset=tfrecord", f"dataset.files=[{files}]",
+                             "+dataset.features.image={dtype: float32, shape: [16, 16, 3]}",
+                             "+dataset.features.label={dtype: int64, shape: []}", "dataset.num_classes=10",
+                             f"trainer.epochs={cnn['epochs']}"],
+            ["--model", "cnn", "--filters", "16", "32", "--dataset", "tfrecord", "--files", files, "--image-size",
+             "16", "--num-examples", str(cnn["examples"]), "--epochs", str(cnn["epochs"])], 64),
         "linear": Workload("linear", ["model=linear", "dataset=synthetic_regression", f"trainer.epochs={linear_epochs}"],
                            ["--model", "linear", "--dataset", "synthetic_regression", "--epochs", str(linear_epochs)],
                            5),
@@ -196,6 +205,28 @@ def base_env() -> dict:
     for name in ("MLFLOW_TRACKING_URI", "TF_CONFIG", "MLFLOW_RUN_ID"):
         env.pop(name, None)
     return env
+
+
+TFRECORD_WRITER = """
+import sys, numpy as np, tensorflow as tf
+out, n = sys.argv[1], int(sys.argv[2])
+rng = np.random.default_rng(0)
+for shard in range(4):
+    with tf.io.TFRecordWriter(f"{out}/train-{shard}.tfrecord") as w:
+        for _ in range(n // 4):
+            image = rng.random((16, 16, 3), dtype=np.float32).ravel()
+            w.write(tf.train.Example(features=tf.train.Features(feature={
+                "image": tf.train.Feature(float_list=tf.train.FloatList(value=image)),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(rng.integers(10))]))}))
+                .SerializeToString())
+"""
+
+
+def write_tfrecords(work: Path, examples: int) -> None:
+    """The cnn_tfrecord workload's files: 4 shards of 16x16x3 random images, 10 classes."""
+    (work / "tfrecords").mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-c", TFRECORD_WRITER, str(work / "tfrecords"), str(examples)], check=True,
+                   env={**base_env(), "TF_CPP_MIN_LOG_LEVEL": "3"})
 
 
 def run_xpdist(m: Measure, overrides: List[str], work: Path, timeout_s: float) -> None:
@@ -417,7 +448,8 @@ def precision_bench(args, work: Path, strategy: List[str]) -> str:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Benchmark xpdist against a hand-written tf.distribute script.")
     p.add_argument("--reps", type=int, default=5, help="repetitions of every way and case (default 5)")
-    p.add_argument("--workloads", nargs="+", choices=("linear", "cnn"), default=["linear", "cnn"])
+    p.add_argument("--workloads", nargs="+", choices=("linear", "cnn", "cnn_tfrecord"), default=["linear", "cnn"],
+                   help="cnn_tfrecord: the cnn reading TFRecord files (dataset=tfrecord vs a tf.data script)")
     p.add_argument("--strategies", nargs="+", choices=list(strategies()), default=list(strategies()))
     p.add_argument("--log-cost-cases", nargs="*", default=["cnn/one_device", "linear/one_device"],
                    help="cases also run with trainer.log_every_n_steps=1 (per-step logging cost)")
@@ -452,15 +484,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    strats = strategies()
     work = Path(tempfile.mkdtemp(prefix="xpdist-bench-"))
+    strats = strategies()
+    if "cnn_tfrecord" in args.workloads:
+        write_tfrecords(work, 1024)
     (args.out / "logs").mkdir(parents=True, exist_ok=True)
     prepare_stores(work)
     if args.precision:
         print(precision_bench(args, work, args.precision_strategy))
         shutil.rmtree(work, ignore_errors=True)
         return 0
-    cases = [(workloads(args.quick, epochs)[w], strats[name], epochs)
+    cases = [(workloads(args.quick, epochs, work)[w], strats[name], epochs)
              for epochs in args.epochs for name in args.strategies for w in args.workloads]
 
     def one(workload: Workload, strategy: Strategy, epochs: int, way: str, rep: int) -> Measure:

@@ -35,7 +35,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--cross-ops", choices=CROSS_OPS, default="auto", help="mirrored only")
     p.add_argument("--logical-cpus", type=int, default=1, help="split the CPU into this many devices")
     p.add_argument("--model", choices=("linear", "cnn"), default="linear")
-    p.add_argument("--dataset", choices=("synthetic_regression", "synthetic_images"), default="synthetic_regression")
+    p.add_argument("--dataset", choices=("synthetic_regression", "synthetic_images", "tfrecord"),
+                   default="synthetic_regression")
+    p.add_argument("--files", default=None, help="tfrecord: glob of TFRecord files with image (float32 HxWx3) and "
+                   "label (int64) features")
     p.add_argument("--num-examples", type=int, default=None, help="default: 100 (regression), 2048 (images)")
     p.add_argument("--image-size", type=int, default=32, help="synthetic_images: height and width")
     p.add_argument("--filters", type=int, nargs=2, default=(32, 64), help="cnn: filters of the two Conv2D blocks")
@@ -75,7 +78,14 @@ def make_data(tf, args, global_batch: int):
     import numpy as np
 
     rng = np.random.default_rng(args.seed)
-    if args.dataset == "synthetic_regression":  # the guide's ones-to-ones data
+    if args.dataset == "tfrecord":  # the tf.data guide's pipeline: interleaved files, parse, batch, prefetch
+        spec = {"image": tf.io.FixedLenFeature([args.image_size, args.image_size, 3], tf.float32),
+                "label": tf.io.FixedLenFeature([], tf.int64)}
+        files = tf.data.Dataset.list_files(args.files, shuffle=True, seed=args.seed)
+        records = files.interleave(tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+        parsed = records.map(lambda r: tf.io.parse_single_example(r, spec), num_parallel_calls=tf.data.AUTOTUNE)
+        dataset = parsed.map(lambda e: (e["image"], e["label"])).batch(global_batch, drop_remainder=True)
+        return dataset.prefetch(tf.data.AUTOTUNE), (args.image_size, args.image_size, 3), 10  # the guide's ones-to-ones data
         dataset = tf.data.Dataset.from_tensors(([1.0], [1.0])).repeat(args.num_examples)
         return dataset.batch(global_batch), (1,), 1
     x = rng.random((args.num_examples, args.image_size, args.image_size, 3), dtype=np.float32)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import Xpdist, xpdist_env
+from tests.helpers import Xpdist, xpdist_env
 from harness import JOBS, Finished
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]

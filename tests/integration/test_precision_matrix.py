@@ -43,7 +43,7 @@ def _name(cell: tuple) -> str:
 
 
 def _run_process(root: Path, cells: List[tuple]) -> Dict[str, dict]:
-    from conftest import xpdist_env
+    from tests.helpers import xpdist_env
 
     named = json.dumps([[_name(c), CELLS[c]] for c in cells])
     proc = subprocess.run([sys.executable, str(MATRIX_TASK), str(root), named],

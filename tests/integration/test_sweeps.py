@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.datafiles import write_image_folder
 from tests.helpers import REPO, compose, xpdist_env
 
 pytestmark = pytest.mark.slow
@@ -70,6 +71,8 @@ def test_recipe_runs(xpdist, recipe):
     if compose([f"recipe={recipe}"]).hydra.sweeper._target_.endswith("OptunaSweeper"):
         pytest.skip("an Optuna study: tests/integration/test_tuning.py::test_tuning_recipes_run runs it")
     sweep = bool(compose([f"recipe={recipe}"]).hydra.sweeper.params)
+    if compose([f"recipe={recipe}"]).dataset.name == "image_folder":  # the recipe reads data/images
+        write_image_folder(xpdist.workdir / "data" / "images", per_class=100, size=32)
     proc = xpdist.run(f"recipe={recipe}", *TINY, *(PARALLEL if sweep else []), tiny=False, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     if not sweep:

@@ -126,6 +126,34 @@ def dataset_size(cfg, launch_dir: Path) -> int:
     return int(ds.num_examples)
 
 
+def split_sizes(cfg, launch_dir: Path, global_batch: int):
+    """(training, validation) examples: counted for file sources, declared for custom.
+
+    A custom source of unknown size (dataset.num_examples null) trains
+    trainer.steps_per_epoch global batches per epoch (preflight requires it).
+    """
+    from xpdist.core import datafiles
+
+    ds = cfg.dataset
+    if ds.name == "tfrecord":
+        def count(key, globs):
+            files = datafiles.match_files(globs, key, launch_dir)
+            return sum(datafiles.count_records(f, ds.compression, key) for f in files)
+
+        n_val = count("dataset.validation_files", ds.validation_files) if ds.validation_files else 0
+        return count("dataset.files", ds.files), n_val
+    if ds.name == "image_folder":
+        _, files = datafiles.image_files(resolve_path(ds.path, launch_dir))
+        n_val = int(float(ds.validation_split) * len(files))  # as image_dataset_from_directory splits
+        return len(files) - n_val, n_val
+    if ds.name == "custom":
+        n_train = ds.num_examples if ds.num_examples is not None else (cfg.trainer.steps_per_epoch or 0) * global_batch
+        return int(n_train), int(ds.num_validation_examples)
+    n = dataset_size(cfg, launch_dir)
+    n_val = int(round(n * float(ds.validation_split)))
+    return n - n_val, n_val
+
+
 def resolve_path(path: str, launch_dir: Path) -> Path:
     p = Path(os.path.expanduser(path))
     return p if p.is_absolute() else launch_dir / p
@@ -177,9 +205,8 @@ def make_plan(cfg, launch_dir: Path) -> Plan:
     n_replicas = replicas(cfg, devices, workers)
     per_replica = int(cfg.dataset.per_replica_batch_size)
     global_batch = per_replica * n_replicas
-    n = dataset_size(cfg, launch_dir)
-    n_val = int(round(n * float(cfg.dataset.validation_split)))
-    n_train = n - n_val
+    n_train, n_val = split_sizes(cfg, launch_dir, global_batch)
+    n = n_train + n_val
     steps = cfg.trainer.steps_per_epoch or n_train // global_batch
     fields: Dict[str, Any] = dict(
         strategy=cfg.strategy.name,

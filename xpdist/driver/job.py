@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from xpdist.core import datafiles
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir, JobSpec, RunReady
@@ -109,14 +110,18 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
     tags = {**_tags(plan, ctx), **heartbeat.initial_tags(plain.tracking.heartbeat_s),
             "xpdist.job_dir": str(job.root.resolve())}
 
+    inputs = datafiles.describe(plain, plan, ctx.launch_dir)
+
     def create() -> str:
         reap.announce(reap.close_stale(uri, plain.tracking.heartbeat_timeout_s))
         if resumed:
             return resume.reopen(uri, resumed, tags)
         if reopened:
             return requeue.reopen(uri, reopened)
-        return store.create_run(uri, plain.tracking.experiment, result.run_name, _creation_params(config, plan),
-                                tags, ctx.parent_run_id)
+        run_id = store.create_run(uri, plain.tracking.experiment, result.run_name, _creation_params(config, plan),
+                                  tags, ctx.parent_run_id)
+        store.log_inputs(uri, run_id, inputs)
+        return run_id
 
     # The task starts now and imports TensorFlow while this process creates the MLflow run;
     # it waits for the run before its first training step (JobDir.run_ready).

@@ -12,6 +12,7 @@ import socket
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 from urllib.parse import urlparse
@@ -20,6 +21,7 @@ from xpdist.core import plan as planning
 from xpdist.core import schema
 from xpdist.core.clusterenv import check_tf_config, slurm_tasks
 from xpdist.core.errors import ConfigError
+from xpdist.driver import data_checks
 
 MULTI_PROCESS_CLUSTERS = ("localhost", "tf_config", "slurm")
 # Strategies whose replicas are devices of one process: XLA cannot compile a step whose
@@ -42,7 +44,7 @@ def check(cfg, launch_dir: Path) -> planning.Plan:
     _check_cluster(cfg)
     _check_devices(cfg)
     _check_numbers(cfg)
-    _check_dataset_source(cfg, launch_dir)
+    data_checks.check_source(cfg, launch_dir)
     _check_model_fits_data(cfg, launch_dir)
     _check_model_target(cfg)
     _check_precision(cfg)
@@ -226,29 +228,8 @@ def _check_xla(cfg, plan: planning.Plan) -> None:
                           "each worker's step.")
 
 
-def _check_dataset_source(cfg, launch_dir: Path) -> None:
-    if cfg.dataset.name != "npz":
-        return
-    if not cfg.dataset.path:
-        raise ConfigError("dataset.path", '""', "dataset=npz needs a file", "Set dataset.path=/path/to/data.npz.")
-    path = planning.resolve_path(cfg.dataset.path, launch_dir)
-    if not path.is_file():
-        raise ConfigError("dataset.path", cfg.dataset.path, f"no such file ({path})", "Point it at an existing .npz file.")
-    import numpy as np
-
-    try:
-        with np.load(path) as arrays:
-            missing = [k for k in ("x", "y") if k not in arrays.files]
-    except (OSError, ValueError) as err:
-        raise ConfigError("dataset.path", cfg.dataset.path, f"not a readable .npz file ({err})",
-                          "Save it with numpy.savez(path, x=..., y=...).") from None
-    if missing:
-        raise ConfigError("dataset.path", cfg.dataset.path, f"the file has no array(s) {missing}",
-                          "Save it with numpy.savez(path, x=..., y=...).")
-
-
 # Data sets whose examples are images (height x width, with or without channels).
-IMAGE_DATASETS = ("synthetic_images", "digits", "mnist")
+IMAGE_DATASETS = ("synthetic_images", "digits", "mnist", "image_folder")
 
 
 def _check_model_fits_data(cfg, launch_dir: Path) -> None:
@@ -256,7 +237,14 @@ def _check_model_fits_data(cfg, launch_dir: Path) -> None:
     if cfg.model.name != "cnn" or cfg.dataset.name in IMAGE_DATASETS:
         return
     shape = "one feature vector per example"
-    if cfg.dataset.name == "npz":
+    if cfg.dataset.name == "custom":  # its shapes are known only once TensorFlow runs the function
+        return
+    if cfg.dataset.name == "tfrecord":
+        inputs = [list(spec.get("shape", [])) for k, spec in cfg.dataset.features.items() if k != cfg.dataset.label]
+        if len(inputs) == 1 and len(inputs[0]) in (2, 3):
+            return
+        shape = f"input features of shapes {inputs}"
+    elif cfg.dataset.name == "npz":
         import numpy as np
 
         with np.load(planning.resolve_path(cfg.dataset.path, launch_dir)) as arrays:
@@ -279,13 +267,8 @@ def _check_model_target(cfg) -> None:
     """
     if cfg.model.name != "custom":
         return
-    target = cfg.model._target_
-    top = target.split(".")[0]
-    fix = "Give module.function of a function that returns a Keras model, with its package installed or on PYTHONPATH."
-    if "." not in target or not top:
-        raise ConfigError("model._target_", target or '""', "it is not a dotted path (module.function)", fix)
-    if importlib.util.find_spec(top) is None:
-        raise ConfigError("model._target_", target, f"no module '{top}' can be imported here", fix)
+    data_checks.check_target(cfg, "model", "Give module.function of a function that returns a Keras model, with its package "
+                  "installed or on PYTHONPATH.")
 
 
 def _check_sizes(cfg, plan: planning.Plan) -> None:

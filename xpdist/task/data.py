@@ -77,8 +77,22 @@ def _mnist(cfg, rng, launch_dir):
     return (x[..., None] / 255.0).astype("float32"), y.astype("int32")
 
 
-def load(cfg, plan: Plan, launch_dir: Path) -> Arrays:
-    """Loads cfg.dataset, shuffles it once with the run's seed and splits off validation."""
+# Sources streamed from files or a user's function (xpdist.task.data_sources), never loaded whole.
+STREAMED = ("tfrecord", "image_folder", "custom")
+
+
+def load(cfg, plan: Plan, launch_dir: Path, strategy=None):
+    """Loads cfg.dataset, shuffles it once with the run's seed and splits off validation.
+
+    A streamed source returns data_sources.stream.Streams instead, whose splits stand in
+    the place of the arrays' x in the batch functions below.
+    """
+    if cfg.dataset.name in STREAMED:
+        import tensorflow as tf
+
+        from xpdist.task.data_sources import stream
+
+        return stream.load(tf, tf.keras, cfg, plan, launch_dir, strategy)
     rng = np.random.default_rng(cfg.seed)
     x, y = DATASETS.get(cfg.dataset.name)(cfg, rng, launch_dir)
     if np.issubdtype(y.dtype, np.integer):
@@ -124,6 +138,8 @@ def _batches(tf, x, y, cfg, global_batch: int, training: bool):
 
 def global_batches(tf, x, y, cfg, plan: Plan, training: bool):
     """Global batches for Model.fit; Keras splits each one across the replicas."""
+    if _streamed(x):
+        return x.global_batches(tf, training)
     return _batches(tf, x, y, cfg, plan.global_batch_size, training).prefetch(tf.data.AUTOTUNE)
 
 
@@ -134,6 +150,9 @@ def replica_batches_fn(tf, x, y, cfg, plan: Plan, training: bool):
     each, then splits it into per-replica batches, so that a step sees exactly the
     examples of one global batch, whatever the number of workers and replicas.
     """
+    if _streamed(x):
+        return x.dataset_fn(tf, training)
+
     def dataset_fn(context):
         ds = _batches(tf, x, y, cfg, plan.global_batch_size, training)
         per_pipeline = plan.global_batch_size // context.num_input_pipelines
@@ -151,7 +170,22 @@ def worker_batches(tf, x, y, cfg, plan: Plan):
     same batches in the same order; the shuffle seed comes from each worker's clock instead.
     Parameter-server training is asynchronous, so it is not reproducible step by step anyway.
     """
+    if _streamed(x):
+        return x.worker_batches(tf)
     seed = tf.cast(tf.timestamp() * 1e6, tf.int64) % (2 ** 31)
     ds = tf.data.Dataset.from_tensor_slices((x, y))
     ds = ds.shuffle(cfg.dataset.shuffle_buffer or len(x), seed=seed, reshuffle_each_iteration=True)
     return ds.batch(plan.global_batch_size, drop_remainder=True).repeat().prefetch(tf.data.AUTOTUNE)
+
+
+def explain(tf, cfg, launch_dir: Path, err: Exception) -> Exception:
+    """The error to report for a TensorFlow error while training (see data_sources.stream.explain)."""
+    if cfg.dataset.name not in STREAMED:
+        return err
+    from xpdist.task.data_sources import stream
+
+    return stream.explain(tf, cfg, launch_dir, err)
+
+
+def _streamed(x) -> bool:
+    return not isinstance(x, np.ndarray)

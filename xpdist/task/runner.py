@@ -78,7 +78,7 @@ def build_strategy(tf, cfg, plan: Plan):
 def build_context(tf, cfg, spec: JobSpec, strategy, job: JobDir, cluster: ClusterEnv) -> TrainContext:
     tf.keras.utils.set_random_seed(cfg.seed)
     plan = spec.plan
-    arrays = data.load(cfg, plan, Path(spec.launch_dir))
+    arrays = data.load(cfg, plan, Path(spec.launch_dir), strategy)
     keras = tf.keras
     precision.set_policy(keras, cfg)
     with strategy.scope():
@@ -177,7 +177,10 @@ def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> None:
     ctx = build_context(tf, cfg, spec, strategy, job, cluster)
     if cluster.is_chief:  # the other workers wait for the chief in their first collective
         wait_for_run(job)
-    final = train(ctx)
+    try:
+        final = train(ctx)
+    except tf.errors.OpError as err:  # a bad file of a streamed source: name it and its key
+        raise data.explain(tf, cfg, Path(spec.launch_dir), err) from err
     if ctx.logger is not None:  # the run's summary figures, at the last epoch's step
         summary = {k: final[k] for k in ("steady_examples_per_sec", "first_step_s") if k in final}
         ctx.logger.add(summary, step=int(cfg.trainer.epochs))  # not len(history): a resumed run has fewer

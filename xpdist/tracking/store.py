@@ -154,3 +154,17 @@ def ui_command(uri: str) -> str:
     if uri.startswith(("http://", "https://")):
         return f"open {uri}"
     return f"mlflow ui --host 127.0.0.1 --port 5000 --backend-store-uri {uri}"
+
+
+def log_inputs(uri: str, run_id: str, datasets: Iterable[dict]) -> None:
+    """Records the run's data sets as mlflow.log_input does: a dataset entity and its context tag."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    inputs = []
+    for d in datasets:
+        entity = Dataset(name=d["name"], digest=d["digest"], source_type=d["source_type"], source=d["source"],
+                         schema=d["schema"], profile=d["profile"])
+        inputs.append(DatasetInput(entity, tags=[InputTag(MLFLOW_DATASET_CONTEXT, d["context"])]))
+    if inputs:
+        retry(client(uri).log_inputs, run_id, datasets=inputs)

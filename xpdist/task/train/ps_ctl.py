@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Dict
 
-from xpdist.task.data import worker_batches
+from xpdist.task.data import global_batches, worker_batches
 from xpdist.task.models import loss_and_metrics
 from xpdist.task.precision import jit_compile, scaled_loss, unscaled_gradients
 from xpdist.task.train.common import (TrainContext, build_optimizer, checkpoint_manager, final_metrics, record_epoch,
@@ -70,7 +70,7 @@ def train(ctx: TrainContext) -> Dict[str, float]:
     iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
     val_ds = None
     if plan.validation_steps:
-        val_ds = tf.data.Dataset.from_tensor_slices((arrays.x_val, arrays.y_val)).batch(global_batch, drop_remainder=True)
+        val_ds = global_batches(tf, arrays.x_val, arrays.y_val, cfg, plan, training=False)
     epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")  # on the coordinator
     checkpoint, manager = checkpoint_manager(ctx, epoch=epoch_var)
     if manager is not None:  # resume after a cluster restart
