@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.helpers import Xpdist, xpdist_env
-from harness import JOBS, Finished
+from tests.integration.harness import JOBS, Finished
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 

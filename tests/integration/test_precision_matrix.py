@@ -60,7 +60,7 @@ def _run_process(root: Path, cells: List[tuple]) -> Dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory) -> Dict[str, dict]:
-    from harness import JOBS
+    from tests.integration.harness import JOBS
 
     root = tmp_path_factory.mktemp("precision-matrix")
     # One process per strategy and trainer: the logical CPUs and the Keras flavour are fixed per process.

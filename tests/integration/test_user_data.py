@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import describe, run_many, store_template
+from tests.integration.harness import describe, run_many, store_template
 from tests.datafiles import FEATURES, write_image_folder, write_tfrecords
 
 pytestmark = pytest.mark.slow

@@ -129,7 +129,6 @@ def describe(cfg, plan, launch_dir: Path) -> List[dict]:
             if globs:
                 sources[split] = (",".join(globs), digest(match_files(globs, key, launch_dir)))
     elif name in ("image_folder", "npz"):
-        from xpdist.core.plan import resolve_path
 
         path = resolve_path(ds.path, launch_dir)
         paths = image_files(path)[1] if name == "image_folder" else [path]
@@ -156,3 +155,8 @@ def describe(cfg, plan, launch_dir: Path) -> List[dict]:
                         source=source, schema=json.dumps(schema, default=str),
                         profile=json.dumps({"num_examples": int(count)}), context=context))
     return out
+
+
+def resolve_path(path: str, launch_dir: Path) -> Path:
+    p = Path(os.path.expanduser(path))
+    return p if p.is_absolute() else launch_dir / p

@@ -17,7 +17,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from xpdist.core import datafiles
 from xpdist.core.clusterenv import ClusterEnv
+from xpdist.core.datafiles import resolve_path
 from xpdist.core.errors import ConfigError
 
 # Strategies that run one process; the others need a cluster.
@@ -132,7 +134,6 @@ def split_sizes(cfg, launch_dir: Path, global_batch: int):
     A custom source of unknown size (dataset.num_examples null) trains
     trainer.steps_per_epoch global batches per epoch (preflight requires it).
     """
-    from xpdist.core import datafiles
 
     ds = cfg.dataset
     if ds.name == "tfrecord":
@@ -152,11 +153,6 @@ def split_sizes(cfg, launch_dir: Path, global_batch: int):
     n = dataset_size(cfg, launch_dir)
     n_val = int(round(n * float(ds.validation_split)))
     return n - n_val, n_val
-
-
-def resolve_path(path: str, launch_dir: Path) -> Path:
-    p = Path(os.path.expanduser(path))
-    return p if p.is_absolute() else launch_dir / p
 
 
 def learning_rate(cfg, global_batch: int) -> float:
