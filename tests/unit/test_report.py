@@ -137,11 +137,13 @@ def test_run_list_without_baseline_has_no_scaling_plot(store, tmp_path):
     assert "No FINISHED one_device run here" in (tmp_path / "report.md").read_text()
 
 
-def test_report_row_without_history_uses_the_last_epoch(store):
-    """What a caller holding only Run objects gets: xpdist.summary's row, plus the parent run."""
+def test_report_row_without_history_never_shows_the_last_epoch_as_steady(store):
+    """What a caller holding only Run objects gets: xpdist.summary's row, plus the parent run;
+    a run without a steady figure and no history given has none (not the last epoch's)."""
     run = store["client"].get_run(store["children"][1])
     row = report_row(run)
-    assert (row["strategy"], row["replicas"], row["final_loss"], row["examples_per_sec"]) == ("mirrored", 2, 0.25, 340.0)
+    assert (row["strategy"], row["replicas"], row["final_loss"], row["examples_per_sec"]) == ("mirrored", 2, 0.25, None)
+    assert report_row(run, {"examples_per_sec": [(1, 100.0), (2, 340.0)]})["examples_per_sec"] == 340.0
     assert row["parent_run_id"] == store["parent"]
 
 

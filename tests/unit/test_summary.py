@@ -24,7 +24,8 @@ def _sweep(uri):
 
             tracking.client(uri).log_batch(run_id, metrics=[
                 Metric("loss", loss * 2, 0, 1), Metric("examples_per_sec", speed / 2, 0, 1),
-                Metric("loss", loss, 0, 2), Metric("examples_per_sec", speed, 0, 2)])
+                Metric("loss", loss, 0, 2), Metric("examples_per_sec", speed, 0, 2),
+                Metric("steady_examples_per_sec", speed, 0, 2)])
         tracking.terminate(uri, run_id, status, None if status == "FINISHED" else "boom | it broke")
     client = tracking.client(uri)
     experiment = client.get_experiment_by_name("xpdist").experiment_id
@@ -44,7 +45,7 @@ def test_rows_tables_and_files(tmp_path):
 
     text = summary.format_text(rows).splitlines()
     assert text[0].split() == ["job", "overrides", "status", "replicas", "global", "batch", "final", "loss",
-                               "examples/sec", "wall", "time", "(s)"]
+                               "steady", "examples/sec", "wall", "time", "(s)"]
     assert text[2].split() == ["0", "strategy=mirrored", "FINISHED", "2", "10", "0.25", "1500", "12.5"]
     assert text[4].split()[:3] == ["2", "strategy=central_storage", "FAILED"] and text[4].split()[-1] == "12.5"
 

@@ -49,7 +49,8 @@ def report_row(run, history: Optional[History] = None) -> Dict[str, Any]:
     per-epoch history; scaling_efficiency is filled in by add_scaling_efficiency.
 
     Steady-state examples/sec is the run's own steady_examples_per_sec metric, else computed
-    the same way from its history, else (no history given) the last epoch's figure.
+    the same way from its history, else unknown (None): never the last epoch's figure, which
+    is another number.
     """
     row = summary.row(run)
     history = history or {}

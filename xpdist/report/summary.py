@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 # (row key, column header) of the table printed at the end of a sweep.
 SWEEP_COLUMNS: Tuple[Tuple[str, str], ...] = (
     ("job", "job"), ("job_overrides", "overrides"), ("status", "status"), ("replicas", "replicas"),
-    ("global_batch", "global batch"), ("final_loss", "final loss"), ("examples_per_sec", "examples/sec"),
+    ("global_batch", "global batch"), ("final_loss", "final loss"), ("examples_per_sec", "steady examples/sec"),
     ("wall_time_s", "wall time (s)"),
 )
 # Every key of a row, in the order the CSV file lists them.
@@ -71,7 +71,9 @@ def row(run) -> Dict[str, Any]:
         "replicas": int(replicas) if replicas is not None else None,
         "global_batch": int(batch) if batch is not None else None,
         "final_loss": metrics.get("loss"), "final_val_loss": metrics.get("val_loss"),
-        "examples_per_sec": metrics.get("examples_per_sec"), "wall_time_s": _wall_time(run),
+        # One figure under one name everywhere: the steady-state rate (median over the epochs
+        # after the first) that the run logs and the report shows, never the last epoch's.
+        "examples_per_sec": metrics.get("steady_examples_per_sec"), "wall_time_s": _wall_time(run),
         "error": tags.get(ERROR_TAG),
     }
 
@@ -138,14 +140,14 @@ def write_markdown(table_rows: Sequence[Dict[str, Any]], path: Path, title: str,
 
 
 def plot_examples_per_sec(table_rows: Sequence[Dict[str, Any]], path: Path, title: str) -> Path:
-    """A bar chart of examples/sec per run (a run with no figure, e.g. FAILED, shows no bar);
+    """A bar chart of steady examples/sec per run (a run with no figure, e.g. FAILED, shows no bar);
     for a large sweep, one bar per group of runs (the report's grouping)."""
     from xpdist.report import figures
 
     if len(table_rows) > figures.MAX_RUNS_SHOWN:
         shown = [r for r in table_rows if r["examples_per_sec"] is not None]
         return figures.grouped_bars(shown, [r["examples_per_sec"] for r in shown], title,
-                                  "throughput (examples/s, last epoch)", "{:,.0f}", path)
+                                  "steady examples/sec (median over the epochs after the first)", "{:,.0f}", path)
     import matplotlib  # here, not at the top: only a finished sweep draws, and it costs ~1 s
 
     matplotlib.use("Agg")  # no display; safe in any process
@@ -160,7 +162,7 @@ def plot_examples_per_sec(table_rows: Sequence[Dict[str, Any]], path: Path, titl
                                for r in table_rows], fontsize=8)
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
     ax.set_xlabel("run")
-    ax.set_ylabel("throughput (examples/s, last epoch)")
+    ax.set_ylabel("steady examples/sec (median over the epochs after the first)")
     ax.set_title(title)
     ax.margins(y=0.15)
     fig.tight_layout()

@@ -18,11 +18,11 @@ CSV_KEYS = ("run_name", "run_id", "job", "strategy", "cross_ops", "communication
 MD_COLUMNS = (("label", "run"), ("strategy", "strategy"), ("cross_ops", "cross_ops"),
               ("communication", "communication"), ("replicas", "replicas"), ("global_batch", "global batch"),
               ("final_loss", "final loss"), ("final_val_loss", "final val loss"),
-              ("examples_per_sec", "examples/sec"), ("scaling_efficiency", "scaling eff."),
+              ("examples_per_sec", "steady examples/sec"), ("scaling_efficiency", "scaling eff."),
               ("wall_time_s", "wall time (s)"), ("status", "status"))
 
 NOTES = (
-    "- final loss / val loss: the last epoch's value. examples/sec: training examples per second in the "
+    "- final loss / val loss: the last epoch's value. steady examples/sec: training examples per second in the "
     "steady state (the median of the epochs after the first, which includes tracing; the only epoch's "
     "figure for a one-epoch run). wall time: the whole `python -m xpdist` job, start-up included.",
     "- scaling eff.: (examples/sec ÷ replicas) ÷ examples/sec of the one_device run of the same sweep; "
