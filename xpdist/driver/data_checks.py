@@ -43,17 +43,23 @@ def check_source(cfg, launch_dir: Path) -> None:
     path = planning.resolve_path(cfg.dataset.path, launch_dir)
     if not path.is_file():
         raise ConfigError("dataset.path", cfg.dataset.path, f"no such file ({path})", "Point it at an existing .npz file.")
+    import zipfile
+
     import numpy as np
 
     try:
         with np.load(path) as arrays:
             missing = [k for k in ("x", "y") if k not in arrays.files]
-    except (OSError, ValueError) as err:
-        raise ConfigError("dataset.path", cfg.dataset.path, f"not a readable .npz file ({err})",
+            lengths = None if missing else (len(arrays["x"]), len(arrays["y"]))
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # empty, cut short, not a zip
+        raise ConfigError("dataset.path", cfg.dataset.path, f"not a readable .npz file ({err or type(err).__name__})",
                           "Save it with numpy.savez(path, x=..., y=...).") from None
     if missing:
         raise ConfigError("dataset.path", cfg.dataset.path, f"the file has no array(s) {missing}",
                           "Save it with numpy.savez(path, x=..., y=...).")
+    if lengths[0] != lengths[1]:
+        raise ConfigError("dataset.path", cfg.dataset.path, f"x has {lengths[0]} examples but y has {lengths[1]}",
+                          "Save one label per example: numpy.savez(path, x=x, y=y) with len(x) == len(y).")
 
 
 def _check_input_options(cfg) -> None:
