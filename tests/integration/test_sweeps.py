@@ -78,6 +78,10 @@ def test_recipe_runs(xpdist, recipe):
     if not sweep:
         (run,) = xpdist.runs()
         check_finished_child(run)
+        registered = compose([f"recipe={recipe}"]).tracking
+        if registered.register_model:  # the recipe's model is a version of a registered model, by alias
+            version = xpdist.client().get_model_version_by_alias(registered.register_model, registered.model_alias)
+            assert version.run_id == run.info.run_id
         return
     parent, children = sweep_runs(xpdist)
     params = compose([f"recipe={recipe}"]).hydra.sweeper.params
