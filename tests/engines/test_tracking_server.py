@@ -51,7 +51,7 @@ def test_single_experiment_through_the_server(xpdist, tracking):
 def test_parallel_sweep_loses_nothing(xpdist, tracking):
     """Three jobs at once (the parallel launcher) log through one server: every run, param, metric."""
     name = experiment()
-    done = xpdist.run("hydra/launcher=local_parallel", "hydra.callbacks.sweep.max_parallel=0", "seed=1,2,3",
+    done = xpdist.run("hydra/launcher=local_parallel", "hydra.launcher.n_jobs=3", "seed=1,2,3",
                       f"tracking.uri={tracking.uri}", f"tracking.experiment={name}", multirun=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     client, runs = runs_of(tracking.uri, name)
