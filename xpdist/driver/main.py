@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -111,7 +112,13 @@ def cli() -> None:
             raise
         print(f"xpdist: error: {config_errors.one_line(err)}", file=sys.stderr)
         code = 2
+    except SystemExit as err:  # main's sys.exit (interrupted): leave through _exit_now as well
+        code = err.code if isinstance(err.code, int) else (0 if err.code is None else 1)
     finally:
+        # From here on the cleanup runs to its end: a second Ctrl-C must not cut it short (an
+        # uncaught KeyboardInterrupt during the interpreter's teardown ended the process by SIGINT).
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
         sweep.abort("stopped before its end", "FAILED")  # Hydra stopped the sweep (a job raised)
     _exit_now(max(_State.exit_code, sweep.exit_code()) if code is None else code)
 
