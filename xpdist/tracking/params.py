@@ -70,10 +70,11 @@ def run_params(config: Dict[str, Any], plan: Plan, extra: Optional[Dict[str, Any
 
 
 def rejected_params(config: Dict[str, Any]) -> Dict[str, str]:
-    """The params of a sweep job rejected before it had a plan: the same keys as run_params,
-    so it lines up with its siblings; what only a plan knows (replicas, batch) is "none"."""
+    """The params of a sweep job rejected before it had a plan: the summary params every run has,
+    so it lines up with its siblings (what only a plan knows, replicas and batch, is "none"),
+    and the keys of the options it chose, as run_params logs them."""
     strategy = config["strategy"]["name"]
-    params = flatten(config)
+    params = option_params(config)
     params.update({key: "none" for key in SUMMARY_PARAMS})
     params.update({
         "strategy": strategy, "cluster": config["cluster"]["name"], "model": config["model"]["name"],
