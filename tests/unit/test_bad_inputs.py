@@ -94,6 +94,7 @@ CASES = [
     (["keras=keras3", "strategy=multi_worker_mirrored", "cluster=localhost"], "keras"),
     (["optimizer.lr_scaling=table"], "optimizer.lr_table"),  # no rate for the global batch
     (["tracking.model_alias=champion"], "tracking.model_alias"),  # no registered model
+    (["tracking.register_model=m", "tracking.model_alias=latest"], "tracking.model_alias"),  # reserved by MLflow
     (["tracking.register_model=m", "tracking.log_model=false"], "tracking.register_model"),
     (["strategy=mirrored", "devices.logical_cpus=2", "trainer.jit_compile=true"], "trainer.jit_compile"),
     # tracking URIs

@@ -202,6 +202,9 @@ def _check_precision(cfg) -> None:
 
 def _check_model_logging(cfg) -> None:
     tracking = cfg.tracking
+    if tracking.model_alias and tracking.model_alias.lower() == "latest":  # MLflow's own name for the newest
+        raise ConfigError("tracking.model_alias", tracking.model_alias, "MLflow reserves the alias 'latest'",
+                          "Use another alias, e.g. tracking.model_alias=champion.")
     if tracking.model_alias and not tracking.register_model:
         raise ConfigError("tracking.model_alias", tracking.model_alias,
                           "an alias names a version of a registered model",

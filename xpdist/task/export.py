@@ -27,7 +27,12 @@ def save_mlflow_model(ctx, keras_file: Path, target: Path) -> None:
 
     keras, tf = ctx.keras, ctx.tf
     model = keras.models.load_model(str(keras_file), compile=False)
-    example = ctx.arrays.x_train[:EXAMPLE_ROWS].astype("float32")
+    import numpy as np
+
+    if isinstance(ctx.arrays.x_train, np.ndarray):
+        example = ctx.arrays.x_train[:EXAMPLE_ROWS].astype("float32")
+    else:  # a streamed source (files, a user's function): an example of its shape, no extra pass
+        example = np.zeros((EXAMPLE_ROWS, *model.input_shape[1:]), "float32")
     signature = infer_signature(example, model(example, training=False).numpy())
     # Explicit requirements: inferring them starts a process that imports TensorFlow again
     # (more than a minute here).
