@@ -72,7 +72,7 @@ def test_each_source_trains_under_mirrored(runs, name):
     done = runs[name]
     assert done.proc.returncode == 0 and done.run.info.status == "FINISHED", describe(done)
     assert done.run.data.metrics["loss"] < 5
-    assert done.run.data.params["dataset.name"] == name.split("-")[0].replace("images", "image_folder")
+    assert done.run.data.params["dataset"] == name.split("-")[0].replace("images", "image_folder")
     assert "dataset.cache" in done.run.data.params and "dataset.auto_shard_policy" in done.run.data.params
     seen = inputs(done)
     assert set(seen) == {"training", "validation"}, seen

@@ -46,6 +46,17 @@ _retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(_sqlite_locked),
                               stop=tenacity.stop_after_attempt(30), reraise=True)
 
 
+def _dataset_race(err: BaseException) -> bool:
+    # Two runs logging the same data set at once (parallel sweep jobs) both find it missing
+    # and insert it: the second insert breaks the store's unique (experiment, name, digest).
+    # The transaction is rolled back whole, and a second try finds the data set and links it.
+    text = str(err).lower()
+    return _sqlite_locked(err) or ("dataset" in text and ("unique constraint" in text or "duplicate key" in text))
+
+
+_retrying_inputs = _retrying.copy(retry=tenacity.retry_if_exception(_dataset_race))
+
+
 def retry(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Calls fn, retrying while SQLite answers "database is locked"."""
     return _retrying(fn, *args, **kwargs)
@@ -167,4 +178,4 @@ def log_inputs(uri: str, run_id: str, datasets: Iterable[dict]) -> None:
                          schema=d["schema"], profile=d["profile"])
         inputs.append(DatasetInput(entity, tags=[InputTag(MLFLOW_DATASET_CONTEXT, d["context"])]))
     if inputs:
-        retry(client(uri).log_inputs, run_id, datasets=inputs)
+        _retrying_inputs(client(uri).log_inputs, run_id, datasets=inputs)

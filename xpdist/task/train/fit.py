@@ -102,6 +102,11 @@ def train(ctx: TrainContext) -> Dict[str, float]:
         ctx.model.compile(optimizer=ctx.optimizer, loss=spec["loss"], metrics=spec["metrics"],
                           steps_per_execution=plan.steps_per_execution, jit_compile=_jit_compile(ctx))
     train_ds = global_batches(tf, arrays.x_train, arrays.y_train, cfg, plan, training=True)
+    initial_epoch = resume_epoch(ctx)
+    if initial_epoch and plan.strategy != "parameter_server" and isinstance(train_ds, tf.data.Dataset):
+        # The batches of the epochs done, skipped: a resumed run sees the data it would have seen.
+        # (A custom source comes already distributed from its function and restarts its stream.)
+        train_ds = train_ds.skip(initial_epoch * plan.steps_per_epoch)
     if plan.strategy == "parameter_server":
         # tf-keras' Model.fit under ParameterServerStrategy takes a DatasetCreator: each
         # worker builds its own pipeline (the coordinator makes per-worker datasets of it).
@@ -110,14 +115,12 @@ def train(ctx: TrainContext) -> Dict[str, float]:
     elif plan.strategy in ("one_device", "mirrored", "central_storage"):
         # Distributed here (as Model.fit would) so that its iterator outlives fit: see keep_iterators.
         # Multi-worker strategies are left to Model.fit (tf-keras there, with its own sharding).
-        train_ds = keep_iterators(ctx, ctx.strategy.experimental_distribute_dataset(train_ds))
+        if isinstance(train_ds, tf.data.Dataset):  # a custom source's batches come distributed
+            train_ds = ctx.strategy.experimental_distribute_dataset(train_ds)
+        train_ds = keep_iterators(ctx, train_ds)
     val_ds = None
     if plan.validation_steps:
         val_ds = global_batches(tf, arrays.x_val, arrays.y_val, cfg, plan, training=False)
-    initial_epoch = resume_epoch(ctx)
-    if initial_epoch and plan.strategy != "parameter_server":
-        # The batches of the epochs done, skipped: a resumed run sees the data it would have seen.
-        train_ds = train_ds.skip(initial_epoch * plan.steps_per_epoch)
     ctx.model.fit(train_ds, epochs=cfg.trainer.epochs, steps_per_epoch=plan.steps_per_epoch,
                   validation_data=val_ds, validation_steps=plan.validation_steps or None,
                   callbacks=_callbacks(ctx), shuffle=False, verbose=2 if cfg.trainer.progress else 0,
