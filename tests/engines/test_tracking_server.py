@@ -37,19 +37,9 @@ def epochs(client, run, key: str = "loss"):
     return [m.step for m in client.get_metric_history(run.info.run_id, key)]
 
 
-def test_single_experiment_through_the_server(xpdist, tracking):
-    name = experiment()
-    done = xpdist.run("trainer=ctl", f"tracking.uri={tracking.uri}", f"tracking.experiment={name}")
-    assert done.returncode == 0, done.stdout + done.stderr
-    client, runs = runs_of(tracking.uri, name)
-    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
-    assert epochs(client, runs[0]) == [1, 2]
-    assert {"model", "config.yaml"} <= {a.path for a in client.list_artifacts(runs[0].info.run_id)}
-    assert not (xpdist.workdir / "mlflow.db").exists()
-
-
 def test_parallel_sweep_loses_nothing(xpdist, tracking):
-    """Three jobs at once (the parallel launcher) log through one server: every run, param, metric."""
+    """Three jobs at once (the parallel launcher) log through one server: every run, param,
+    metric and artifact, and nothing into a local store."""
     name = experiment()
     done = xpdist.run("hydra/launcher=local_parallel", "hydra.launcher.n_jobs=3", "seed=1,2,3",
                       f"tracking.uri={tracking.uri}", f"tracking.experiment={name}", multirun=True, timeout=600)
@@ -65,6 +55,8 @@ def test_parallel_sweep_loses_nothing(xpdist, tracking):
         assert len(child.data.params) == len(children[0].data.params) > 20
         for key in ("loss", "epoch_time_s", "examples_per_sec"):
             assert epochs(client, child, key) == [1, 2], key
+        assert {"model", "config.yaml"} <= {a.path for a in client.list_artifacts(child.info.run_id)}
+    assert not (xpdist.workdir / "mlflow.db").exists()
 
 
 def test_postgresql_uri_without_a_server(xpdist, pg_uri):

@@ -19,6 +19,24 @@ TF_CONFIG_JOBS = ("chief", "worker", "ps", "evaluator")
 
 
 @dataclasses.dataclass(frozen=True)
+class TaskId:
+    """One task of a cluster: its job (chief, worker or ps) and index within it."""
+
+    kind: str
+    index: int
+
+    @property
+    def name(self) -> str:
+        """As TensorFlow and the logs name it: worker:1."""
+        return f"{self.kind}:{self.index}"
+
+    @property
+    def file_name(self) -> str:
+        """As its log and metric files are named: worker-1."""
+        return f"{self.kind}-{self.index}"
+
+
+@dataclasses.dataclass(frozen=True)
 class ClusterEnv:
     """This process's place in its cluster.
 
@@ -45,11 +63,11 @@ class ClusterEnv:
 
     @property
     def task_name(self) -> str:
-        return f"{self.task_type}:{self.task_index}"
+        return TaskId(self.task_type, self.task_index).name
 
     @property
     def file_name(self) -> str:
-        return f"{self.task_type}-{self.task_index}"
+        return TaskId(self.task_type, self.task_index).file_name
 
     @classmethod
     def from_environ(cls, kind: str, environ: Mapping[str, str] = os.environ) -> "ClusterEnv":

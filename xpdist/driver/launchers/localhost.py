@@ -20,12 +20,12 @@ import json
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import portpicker
 
+from xpdist.core.clusterenv import TaskId as Task
 from xpdist.core.jobdir import JobDir
 from xpdist.driver.launchers import follow, process
 from xpdist.driver.launchers.outcome import Outcome, describe_exit, may_retry, outcome_from
@@ -36,20 +36,6 @@ POLL_S = 0.25
 FAILURE_GRACE_S = 3.0
 # Seconds multi_worker_mirrored workers get to finish after the chief has finished.
 FINISH_GRACE_S = 30.0
-
-
-@dataclass(frozen=True)
-class Task:
-    kind: str  # chief, worker or ps
-    index: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.kind}:{self.index}"
-
-    @property
-    def file_name(self) -> str:
-        return f"{self.kind}-{self.index}"
 
 
 class TaskFailed(Exception):
