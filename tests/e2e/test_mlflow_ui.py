@@ -83,15 +83,16 @@ def _pgid(process: psutil.Process) -> int | None:
 
 @pytest.fixture
 def finished_sweep(xpdist):
-    """A real 3-strategy sweep: (tracking uri, experiment id, child runs in job order)."""
+    """A real 3-strategy sweep, its jobs side by side: (tracking uri, experiment id, child runs in job order)."""
     done = xpdist.run("strategy=" + ",".join(STRATEGIES), "devices.logical_cpus=2", "trainer.epochs=1",
-                      "trainer.progress=false", multirun=True, tiny=False, timeout=900)
+                      "trainer.progress=false", "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=3",
+                      multirun=True, tiny=False, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     runs = xpdist.runs()
     parents = [r for r in runs if r.data.tags.get("xpdist.sweep") == "true"]
     assert len(parents) == 1
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
-    children.sort(key=lambda r: r.info.start_time)
+    children.sort(key=lambda r: int(r.data.tags["xpdist.job"]))
     assert [r.data.params["strategy"] for r in children] == list(STRATEGIES)
     assert all(r.info.status == "FINISHED" for r in children)
     return xpdist.workdir / "mlflow.db", parents[0].info.experiment_id, children

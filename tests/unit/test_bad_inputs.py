@@ -162,7 +162,7 @@ _VALUE = st.one_of(st.integers(-5, 50), st.floats(-2, 2, allow_nan=False), st.bo
                    st.text(alphabet="abcxyz_-019.", min_size=1, max_size=6))
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(key=st.sampled_from(sorted(TYPED_KEYS)), value=_VALUE)
 def test_any_value_of_any_key_runs_or_is_one_line(tmp_path, key, value):
     """Either the config composes and passes preflight, or exactly one line that names the key."""
