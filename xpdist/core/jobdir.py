@@ -186,7 +186,7 @@ class RunReady:
         """Blocks until the driver has written run.json.
 
         No timeout: the driver writes it once creating the run has succeeded or failed,
-        and a task whose driver dies is killed with it (xpdist.task.main.die_with_driver).
+        and a task whose driver dies is killed with it (xpdist.task.boot.die_with_driver).
         """
         while True:
             try:

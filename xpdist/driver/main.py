@@ -19,7 +19,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from xpdist.core.schema import register_configs
-from xpdist.driver import config_errors, job, sweep
+from xpdist.driver import config_errors, job, standby, sweep
 from xpdist.driver.launchers import process
 from xpdist.driver.tuning.space import quote_params_overrides
 from xpdist.tracking import store
@@ -36,6 +36,7 @@ class _State:
 def main(cfg: DictConfig) -> job.JobResult:
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
+    standby.keep_if(not multirun and cfg.cluster.name == "local" and not cfg.verbose)
     ctx = job.JobContext(launch_dir=Path(hc.runtime.cwd), job_dir=Path(hc.runtime.output_dir),
                          overrides=list(hc.overrides.task))
     if multirun:
@@ -127,9 +128,11 @@ def _exit_now(code: int) -> None:
     """Exits without the interpreter's teardown of MLflow's module graph (about 2 s here).
 
     Every run is closed and every log written by now; logging.shutdown flushes Hydra's log file.
-    The joblib launcher's worker processes (hydra/launcher=local_parallel) are stopped first:
-    they would otherwise idle on for minutes, holding the caller's stdout open.
+    The standby task, if no job took it, and the joblib launcher's worker processes
+    (hydra/launcher=local_parallel) are stopped first: the workers would otherwise idle on for
+    minutes, holding the caller's stdout open.
     """
+    standby.discard()
     loky = sys.modules.get("joblib.externals.loky")
     if loky is not None:
         loky.get_reusable_executor().shutdown(wait=True, kill_workers=True)

@@ -6,13 +6,11 @@ config leaves nothing behind.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 from urllib.parse import urlparse

@@ -8,9 +8,7 @@ into the job directory; the driver reads it and closes the MLflow run.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import re
 import signal
 import sys
 import traceback
@@ -22,8 +20,7 @@ from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.jobdir import (EXIT_DISK_FULL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_RETRYABLE, JobDir, JobSpec,
                                 TaskResult)
 from xpdist.core.plan import Plan
-from xpdist.core.taskenv import DRIVER_PID_ENV
-from xpdist.task import failure, runner
+from xpdist.task import boot, failure, runner
 from xpdist.task.train.common import process_started_at
 
 
@@ -34,8 +31,7 @@ GRPC_KEEPALIVE = "grpc.keepalive_time_ms=10000,grpc.keepalive_timeout_ms=10000"
 def prepare_environment(cfg, plan: Plan) -> None:
     """What TensorFlow reads once, at import: set before `import tensorflow`."""
     if not cfg.verbose:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-        os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "3")
+        boot.quiet_tensorflow()
     os.environ["TF_USE_LEGACY_KERAS"] = "1" if plan.keras == "legacy" else "0"
     if cfg.cluster.name != "local":
         # gRPC keepalive on TensorFlow's channels: a peer whose link is cut (no reset, packets
@@ -48,25 +44,9 @@ def _raise_interrupt(_signum, _frame):
     raise KeyboardInterrupt
 
 
-def die_with_driver() -> None:
-    """Asks the kernel to SIGKILL this task when its driver dies (Linux), and exits at once
-    if the driver is already gone.
-
-    Set here rather than between fork and exec in the driver: that is unsafe while the driver
-    has threads. ctypes, because no kept library exposes PR_SET_PDEATHSIG without a build.
-    """
-    driver = os.environ.get(DRIVER_PID_ENV)
-    if not driver:
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-    if os.getppid() != int(driver):  # the driver died before the request took effect
-        os._exit(1)
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    die_with_driver()
+    boot.die_with_driver()
     job = JobDir(Path(argv[0]).resolve())
     spec = JobSpec.read(job)
     cfg = OmegaConf.create(spec.config)

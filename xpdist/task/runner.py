@@ -5,12 +5,10 @@ Each step is a small function so that cluster roles and trainers reuse them.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import shutil
 import signal
-import sys
 import tempfile
 from pathlib import Path
 from typing import Dict
@@ -18,7 +16,7 @@ from typing import Dict
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.jobdir import JobDir, JobSpec, MetricFile, RunReady
 from xpdist.core.plan import Plan, resolved_at_run_time, with_replicas
-from xpdist.task import data, export, models, precision, strategies
+from xpdist.task import boot, data, export, models, precision, strategies
 from xpdist.task.train import ctl, fit, ps_ctl
 from xpdist.task.train.common import TrainContext
 
@@ -41,29 +39,10 @@ def wait_for_run(job: JobDir) -> None:
 
 
 def start_tensorflow(cfg):
-    """Imports TensorFlow (its C++ start-up chatter hidden unless verbose) and sets devices."""
-    if cfg.verbose:
-        import tensorflow as tf
-    else:
-        with _stderr_silenced():
-            import tensorflow as tf
-
+    """Imports TensorFlow (already done in a standby task) and sets devices."""
+    tf = boot.import_tensorflow(cfg.verbose)
     strategies.configure_devices(tf, cfg)
     return tf
-
-
-@contextlib.contextmanager
-def _stderr_silenced():
-    """Points file descriptor 2 at /dev/null: absl logs before TF_CPP_MIN_LOG_LEVEL applies."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with open(os.devnull, "w") as null:
-        os.dup2(null.fileno(), 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def build_strategy(tf, cfg, plan: Plan):

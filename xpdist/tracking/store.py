@@ -10,9 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, TypeVar
+from typing import Any, Callable, Dict, Iterable, Optional, TypeVar
 
 import tenacity
 
@@ -100,7 +99,7 @@ def git_commit(directory: Path) -> Optional[str]:
 def create_run(uri: str, experiment: str, name: str, params: Dict[str, str], tags: Dict[str, str],
                parent_run_id: Optional[str] = None) -> str:
     """Creates a RUNNING run with its params and tags; returns its id."""
-    from mlflow.entities import Param, RunTag
+    from mlflow.entities import Param
 
     mlflow_client = client(uri)
     experiment_id = ensure_experiment(mlflow_client, experiment, uri)

@@ -14,6 +14,7 @@ from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.jobdir import JobDir
 from xpdist.core.plan import Plan
 from xpdist.core.registry import Registry
+from xpdist.driver import standby
 from xpdist.driver.launchers import localhost, process
 from xpdist.driver.launchers.outcome import Outcome, outcome_from
 
@@ -23,7 +24,10 @@ LAUNCHERS: Registry[Launcher] = Registry("cluster")
 
 @LAUNCHERS.register("local")
 def _local(cfg, plan: Plan, job: JobDir, env: Dict[str, str]) -> Outcome:
-    return outcome_from(job, process.run_one(process.task_command(job.root), env))
+    proc = standby.claim([str(job.root)], env)  # the task started with the command, if it is there
+    if proc is None:
+        proc = process.start(process.task_command(job.root), env)
+    return outcome_from(job, process.wait(process.adopt(proc)))
 
 
 @LAUNCHERS.register("localhost")

@@ -4,7 +4,7 @@ The driver never runs TensorFlow; it starts `python -m xpdist.task <job dir>` in
 process per job, so logical devices and collective ops are configured once per process, as
 TensorFlow requires. Each task runs in a session (and process group) of its own, so that a
 signal reaches everything it started; the task itself asks the kernel to kill it when its
-driver dies (xpdist.task.main.die_with_driver), since nothing may run between fork and exec
+driver dies (xpdist.task.boot.die_with_driver), since nothing may run between fork and exec
 while the driver has threads (MLflow's).
 """
 
@@ -14,14 +14,13 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import weakref
 from pathlib import Path
 from typing import IO, Dict, Iterator, List, Optional, Sequence
 
-from xpdist.core.taskenv import DRIVER_PID_ENV, LAUNCHED_AT_ENV
+from xpdist.driver import spawn
 
 # Seconds a task gets to stop after SIGINT/SIGTERM before it is killed.
 GRACE_S = 15.0
@@ -93,16 +92,16 @@ def aborted() -> bool:
 
 
 def task_command(job_dir: Path, extra: Sequence[str] = ()) -> List[str]:
-    return [sys.executable, "-m", "xpdist.task", str(job_dir), *extra]
-
-
+    return spawn.task_command(str(job_dir), *extra)
 
 
 def start(cmd: Sequence[str], env: Dict[str, str], log: Optional[IO] = None) -> subprocess.Popen:
     """Starts a task in its own process group, killed if this process dies."""
-    env = {**env, LAUNCHED_AT_ENV: repr(time.time()), DRIVER_PID_ENV: str(os.getpid())}
-    proc = subprocess.Popen(list(cmd), env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
-                            start_new_session=True)
+    return adopt(spawn.spawn(cmd, env, log))
+
+
+def adopt(proc: subprocess.Popen) -> subprocess.Popen:
+    """Counts a task started elsewhere (the standby task) among this driver's tasks."""
     _started.add(proc)
     return proc
 
@@ -134,7 +133,11 @@ def _kill_groups(procs: Sequence[subprocess.Popen]) -> None:
 
 def run_one(cmd: Sequence[str], env: Dict[str, str]) -> int:
     """Runs one task to its end; on Interrupted stops it (SIGINT first) and re-raises."""
-    proc = start(cmd, env)
+    return wait(start(cmd, env))
+
+
+def wait(proc: subprocess.Popen) -> int:
+    """Waits for a started task; on Interrupted stops it (SIGINT first) and re-raises."""
     try:
         with signals_raise():
             return proc.wait()

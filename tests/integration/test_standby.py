@@ -1,0 +1,77 @@
+"""The standby task (xpdist/driver/standby.py): a single run trains in the task process started
+with the command, which imports TensorFlow while Hydra composes the config; whatever happens to
+the command, that process does not outlive it."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from tests.helpers import TINY, xpdist_env
+
+pytestmark = pytest.mark.slow
+LINEAR = ["model=linear", "dataset=synthetic_regression"]
+
+
+def standby_tasks(cwd) -> list:
+    """Standby tasks started in cwd (a test's own folder), claimed or not."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        cmdline = proc.info["cmdline"] or []
+        if cmdline[-1:] == ["--standby"] and proc.info["cwd"] == str(cwd):
+            found.append(proc)
+    return found
+
+
+@pytest.mark.parametrize("enabled", ["1", "0"])
+def test_a_single_run_trains_in_the_task_started_with_the_command(xpdist, enabled):
+    run = xpdist.run(*LINEAR, "hydra.run.dir=job", env={"XPDIST_STANDBY": enabled})
+    assert run.returncode == 0, run.stdout + run.stderr
+    job = xpdist.workdir / "job"
+    task_started = json.loads((job / "result.json").read_text())["started_at"]
+    spec_written = (job / "job.json").stat().st_mtime  # once the config was composed and checked
+    # With the standby the task process is older than its job; with XPDIST_STANDBY=0 it is not.
+    assert (task_started < spec_written) == (enabled == "1"), (task_started, spec_written)
+    (mlflow_run,) = xpdist.runs()
+    assert mlflow_run.info.status == "FINISHED"
+    assert mlflow_run.data.metrics["first_step_s"] > 0
+
+
+def test_verbose_runs_in_a_task_that_shows_tensorflows_start_up_log(xpdist):
+    # The standby imports TensorFlow quietly; verbose=true must get a task that does not.
+    run = xpdist.run(*LINEAR, "verbose=true")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "absl::InitializeLog" in run.stderr or re.search(r"^[IWE]\d{4} ", run.stderr, re.M), run.stderr
+
+
+def test_a_rejected_config_leaves_no_task_behind(xpdist):
+    run = xpdist.run("model=cnn", "dataset=synthetic_regression")  # refused after compose, in preflight
+    assert run.returncode == 2, run.stdout + run.stderr
+    time.sleep(1)  # far less than TensorFlow's import: a standby left waiting would still be there
+    assert standby_tasks(xpdist.workdir) == []
+
+
+def test_the_standby_task_goes_with_a_killed_driver(xpdist):
+    proc = subprocess.Popen([sys.executable, "-m", "xpdist", *TINY, *LINEAR], cwd=xpdist.workdir, env=xpdist_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not standby_tasks(xpdist.workdir):
+            assert proc.poll() is None and time.monotonic() < deadline, "no standby task was started"
+            time.sleep(0.02)
+        tasks = standby_tasks(xpdist.workdir)
+        proc.send_signal(signal.SIGKILL)  # while Hydra composes: nothing can tell the standby
+        proc.wait(10)
+        _, alive = psutil.wait_procs(tasks, timeout=10)
+        assert not alive, f"the standby task outlived its driver: {alive}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()

@@ -1,0 +1,86 @@
+"""The standby task: the task process of a single run, started before the config is known.
+
+A task spends about 5 s here importing TensorFlow before it can train; the driver spends about
+0.6 s starting Python, importing Hydra and composing the config before it knows the job. Run
+one after the other, the first training step came that much later than a hand-written
+script's. So `python -m xpdist` starts `python -m xpdist.task --standby` first thing (start):
+it imports TensorFlow while Hydra composes, then waits on its stdin. The local launcher hands
+it the job (claim), as the arguments, working directory and environment a task started for
+the job would have had (core.taskenv.Handoff); every other use of the command discards it
+(discard): a sweep, a cluster of several tasks, a rejected config, `verbose=true`.
+
+What TensorFlow reads at its import cannot follow the job: its C++ log level (set as for a run
+without `verbose`, the default) and the environment the command was started with. The Keras
+flavour is read later, at the first `tf.keras`, so both flavours can use the standby. Set
+XPDIST_STANDBY=0 to start every task only once its job is known.
+
+Only the standard library is imported here: the point is to start before anything else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from typing import Dict, Optional, Sequence
+
+from xpdist.core.taskenv import DRIVER_PID_ENV, LAUNCHED_AT_ENV, STANDBY_ARG, Handoff
+from xpdist.driver import spawn
+
+ENABLE_ENV = "XPDIST_STANDBY"
+
+# Arguments after which no single run's task is started: a sweep, or Hydra printing something.
+_NO_RUN_FLAGS = {"-m", "--multirun", "-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "-i", "--info",
+                 "-sc", "--shell-completion", "-p", "--package", "--resolve"}
+
+
+class _State:
+    proc: Optional[subprocess.Popen] = None
+
+
+def start(argv: Sequence[str]) -> None:
+    """Starts the standby task, unless argv asks for a sweep or for Hydra's information."""
+    if os.environ.get(ENABLE_ENV, "1") == "0" or any(arg in _NO_RUN_FLAGS for arg in argv) or \
+            any(arg.startswith(("hydra.mode=", "--multirun")) for arg in argv):
+        return
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with contextlib.suppress(OSError):
+        _State.proc = spawn.spawn(spawn.task_command(STANDBY_ARG), env, stdin=subprocess.PIPE)
+
+
+def keep_if(usable: bool) -> None:
+    """Once the config is known: discards the standby task unless the job can use it."""
+    if not usable:
+        discard()
+
+
+def claim(argv: Sequence[str], env: Dict[str, str]) -> Optional[subprocess.Popen]:
+    """Hands the job to the standby task and returns it; None when there is none (left)."""
+    proc, _State.proc = _State.proc, None
+    if proc is None:
+        return None
+    own = {LAUNCHED_AT_ENV, DRIVER_PID_ENV}  # the standby's own: its launch is the zero of first_step_s
+    handoff = Handoff(argv=list(argv), cwd=os.getcwd(), env={k: v for k, v in env.items() if k not in own})
+    try:
+        proc.stdin.write(handoff.line())
+        proc.stdin.close()
+    except OSError:  # it died (the standby itself failed): a task is started for the job instead
+        _end(proc)
+        return None
+    return proc
+
+
+def discard() -> None:
+    """Ends the standby task if it was not claimed."""
+    proc, _State.proc = _State.proc, None
+    if proc is not None:
+        _end(proc)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
+    proc.wait()
