@@ -35,13 +35,34 @@ def test_a_single_run_trains_in_the_task_started_with_the_command(xpdist, enable
     run = xpdist.run(*LINEAR, "hydra.run.dir=job", env={"XPDIST_STANDBY": enabled})
     assert run.returncode == 0, run.stdout + run.stderr
     job = xpdist.workdir / "job"
-    task_started = json.loads((job / "result.json").read_text())["started_at"]
-    spec_written = (job / "job.json").stat().st_mtime  # once the config was composed and checked
-    # With the standby the task process is older than its job; with XPDIST_STANDBY=0 it is not.
-    assert (task_started < spec_written) == (enabled == "1"), (task_started, spec_written)
+    # With the standby the task process is older than its job (job.json is written once the
+    # config was composed and checked); with XPDIST_STANDBY=0 it is not.
+    assert _task_started_before_its_job(job) == (enabled == "1")
     (mlflow_run,) = xpdist.runs()
     assert mlflow_run.info.status == "FINISHED"
     assert mlflow_run.data.metrics["first_step_s"] > 0
+
+
+def _task_started_before_its_job(job) -> bool:
+    task_started = json.loads((job / "result.json").read_text())["started_at"]
+    return task_started < (job / "job.json").stat().st_mtime
+
+
+@pytest.mark.parametrize("launcher", ["basic", "local_parallel"])
+def test_a_sweeps_jobs_get_standby_tasks_in_this_process_only(xpdist, launcher):
+    run = xpdist.run(*LINEAR, "optimizer.learning_rate=0.01,0.05,0.1", "hydra.sweep.dir=sweep",
+                     f"hydra/launcher={launcher}", multirun=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    jobs = [xpdist.workdir / "sweep" / str(num) for num in range(3)]
+    # Jobs run one after another here each take a standby; jobs run by joblib's workers cannot.
+    assert [_task_started_before_its_job(job) for job in jobs] == [launcher == "basic"] * 3
+    time.sleep(1)
+    assert standby_tasks(xpdist.workdir) == []
+    children = xpdist.runs()
+    assert sorted(r.info.status for r in children) == ["FINISHED"] * 4  # the parent and 3 jobs
+    for child in (r for r in children if "mlflow.parentRunId" in r.data.tags):
+        # counted from the job's start, not from the sweep's or its standby's
+        assert 0 < child.data.metrics["first_step_s"] < float(child.data.tags["xpdist.wall_time_s"])
 
 
 def test_verbose_runs_in_a_task_that_shows_tensorflows_start_up_log(xpdist):

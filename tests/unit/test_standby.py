@@ -17,9 +17,8 @@ def _none_left():
     standby.discard()
 
 
-@pytest.mark.parametrize("argv", [["-m", "strategy=mirrored"], ["--multirun"], ["--help"], ["--cfg", "job"],
-                                  ["hydra.mode=MULTIRUN"], ["-c", "job"], ["--info"]])
-def test_no_standby_for_a_sweep_or_hydras_information(argv):
+@pytest.mark.parametrize("argv", [["--help"], ["--cfg", "job"], ["-c", "job"], ["--info"], ["--hydra-help"]])
+def test_no_standby_when_hydra_prints_instead_of_running(argv):
     standby.start(argv)
     assert standby._State.proc is None
 
@@ -39,6 +38,18 @@ def test_a_standby_no_job_takes_is_ended():
     standby.keep_if(False)  # e.g. cluster=localhost: its tasks are started with their TF_CONFIG
     assert proc.returncode is not None and not psutil.pid_exists(proc.pid)
     assert standby.claim(["job"], dict(os.environ)) is None  # nothing left to hand a job to
+
+
+def test_a_sweep_in_this_process_gets_one_standby_per_job_and_no_more():
+    standby.expect_jobs(3)
+    started = []
+    for _ in range(4):  # a fourth refill (after the last job) starts nothing
+        standby.refill()
+        if standby._State.proc is not None:
+            started.append(standby._State.proc)
+            standby.discard()  # as if a job had claimed it
+    assert len(started) == 2  # the first job's was started with the command
+    assert all(proc.returncode is not None for proc in started)
 
 
 def test_a_standby_that_died_is_not_handed_the_job():

@@ -24,6 +24,7 @@ from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir, JobSpec, RunReady
 from xpdist.core.plan import RESOLVED_BY_TASK, Plan, resolved_at_run_time
+from xpdist.core.taskenv import LAUNCHED_AT_ENV
 from xpdist.driver import launchers, preflight, requeue, resume
 from xpdist.driver.launchers import process
 from xpdist.driver.tuning.trial import TrialWatch
@@ -77,7 +78,7 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
     Raises:
         process.Interrupted: after closing the run as KILLED.
     """
-    started = time.monotonic()
+    started, job_started_at = time.monotonic(), time.time()
     process.abort_tasks(False)
     config = plain_config(cfg)
     plain = OmegaConf.create(config)
@@ -131,6 +132,8 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
     trial = TrialWatch.start_for(ctx.job_num, job)
     try:
         env = process.task_env({"MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"})
+        if ctx.job_num is not None:  # a standby task started before this job counts from the job's start
+            env[LAUNCHED_AT_ENV] = repr(job_started_at)
         outcome = launchers.run(plain, plan, job, env)
         try:
             result.run_id = recorder.finish()

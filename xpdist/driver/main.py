@@ -36,7 +36,7 @@ class _State:
 def main(cfg: DictConfig) -> job.JobResult:
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
-    standby.keep_if(not multirun and cfg.cluster.name == "local" and not cfg.verbose)
+    standby.keep_if(cfg.cluster.name == "local" and not cfg.verbose)
     ctx = job.JobContext(launch_dir=Path(hc.runtime.cwd), job_dir=Path(hc.runtime.output_dir),
                          overrides=list(hc.overrides.task))
     if multirun:

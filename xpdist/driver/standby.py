@@ -6,8 +6,12 @@ one after the other, the first training step came that much later than a hand-wr
 script's. So `python -m xpdist` starts `python -m xpdist.task --standby` first thing (start):
 it imports TensorFlow while Hydra composes, then waits on its stdin. The local launcher hands
 it the job (claim), as the arguments, working directory and environment a task started for
-the job would have had (core.taskenv.Handoff); every other use of the command discards it
-(discard): a sweep, a cluster of several tasks, a rejected config, `verbose=true`.
+the job would have had (core.taskenv.Handoff). A sweep whose jobs run one after another in this
+process (Hydra's basic launcher and sweeper) gets the same for its first job, and a standby for
+each next job as soon as a job's task has ended (refill), while the driver closes that job's run
+and composes the next. What cannot use it discards it (discard): a sweep whose jobs run in other
+processes, a cluster of several tasks, `verbose=true`; a rejected config leaves it to the next job
+or to the command's end.
 
 What TensorFlow reads at its import cannot follow the job: its C++ log level (set as for a run
 without `verbose`, the default) and the environment the command was started with. The Keras
@@ -25,28 +29,47 @@ import signal
 import subprocess
 from typing import Dict, Optional, Sequence
 
-from xpdist.core.taskenv import DRIVER_PID_ENV, LAUNCHED_AT_ENV, STANDBY_ARG, Handoff
+from xpdist.core.taskenv import DRIVER_PID_ENV, STANDBY_ARG, Handoff
 from xpdist.driver import spawn
 
 ENABLE_ENV = "XPDIST_STANDBY"
 
 # Arguments after which no single run's task is started: a sweep, or Hydra printing something.
-_NO_RUN_FLAGS = {"-m", "--multirun", "-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "-i", "--info",
-                 "-sc", "--shell-completion", "-p", "--package", "--resolve"}
+# Arguments after which Hydra prints something instead of running jobs.
+_NO_RUN_FLAGS = {"-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "-i", "--info", "-sc",
+                 "--shell-completion", "-p", "--package", "--resolve"}
 
 
 class _State:
     proc: Optional[subprocess.Popen] = None
+    # Standby tasks still to start for the next jobs of a sweep run in this process.
+    refills = 0
 
 
 def start(argv: Sequence[str]) -> None:
-    """Starts the standby task, unless argv asks for a sweep or for Hydra's information."""
-    if os.environ.get(ENABLE_ENV, "1") == "0" or any(arg in _NO_RUN_FLAGS for arg in argv) or \
-            any(arg.startswith(("hydra.mode=", "--multirun")) for arg in argv):
+    """Starts the standby task, unless argv asks for Hydra's information."""
+    if not any(arg in _NO_RUN_FLAGS for arg in argv):
+        _spawn()
+
+
+def _spawn() -> None:
+    if os.environ.get(ENABLE_ENV, "1") == "0":
         return
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with contextlib.suppress(OSError):
         _State.proc = spawn.spawn(spawn.task_command(STANDBY_ARG), env, stdin=subprocess.PIPE)
+
+
+def expect_jobs(count: int) -> None:
+    """A sweep of `count` jobs runs one after another in this process: a standby for each."""
+    _State.refills = count - 1
+
+
+def refill() -> None:
+    """A job's task has ended: starts the standby for the next job of the sweep, if one follows."""
+    if _State.refills > 0 and _State.proc is None:
+        _State.refills -= 1
+        _spawn()
 
 
 def keep_if(usable: bool) -> None:
@@ -60,8 +83,9 @@ def claim(argv: Sequence[str], env: Dict[str, str]) -> Optional[subprocess.Popen
     proc, _State.proc = _State.proc, None
     if proc is None:
         return None
-    own = {LAUNCHED_AT_ENV, DRIVER_PID_ENV}  # the standby's own: its launch is the zero of first_step_s
-    handoff = Handoff(argv=list(argv), cwd=os.getcwd(), env={k: v for k, v in env.items() if k not in own})
+    # The standby's own driver pid; its launch is the zero of first_step_s unless env sets one
+    # (a sweep's job: its start, not the sweep's).
+    handoff = Handoff(argv=list(argv), cwd=os.getcwd(), env={k: v for k, v in env.items() if k != DRIVER_PID_ENV})
     try:
         proc.stdin.write(handoff.line())
         proc.stdin.close()

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import SWEEP_FILE
-from xpdist.driver import preflight, sweep_check
+from xpdist.driver import preflight, standby, sweep_check
 from xpdist.report import summary
 from xpdist.tracking import heartbeat, reap, store
 
@@ -147,8 +147,12 @@ class SweepCallback(Callback):
     """
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        _sweeper_preflight(config)
         hc = config.hydra
+        in_process = "BasicLauncher" in str(hc.launcher.get("_target_")) and \
+            "BasicSweeper" in str(hc.sweeper.get("_target_"))
+        # The jobs run here one after another: each gets a standby task (xpdist/driver/standby.py).
+        standby.keep_if(in_process and config.cluster.name == "local" and not config.verbose)
+        _sweeper_preflight(config)
         uri = store.resolve_uri(config.tracking.uri, Path(hc.runtime.cwd))
         try:
             preflight.check_tracking_uri(uri)
@@ -156,6 +160,8 @@ class SweepCallback(Callback):
             print(f"xpdist: error: {err}", file=sys.stderr, flush=True)
             sys.exit(2)
         sweep_check.report_rejected(config)
+        if in_process:
+            standby.expect_jobs(len(sweep_check.job_overrides(config)))
         sweep_dir = Path(hc.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         overrides = swept_overrides(config)

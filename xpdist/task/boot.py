@@ -67,7 +67,7 @@ def standby() -> List[str]:
     """The standby task: imports TensorFlow, then waits for its job on stdin.
 
     Returns the task's arguments, with the job's working directory and environment in place
-    (its own launch time and driver kept). Exits when stdin closes without a job: the driver
+    (its own driver kept, and its own launch time unless the job sets one). Exits when stdin closes without a job: the driver
     had no use for it.
     """
     die_with_driver()
@@ -79,7 +79,7 @@ def standby() -> List[str]:
     handoff = Handoff.from_line(line)
     own = {k: os.environ[k] for k in (LAUNCHED_AT_ENV, DRIVER_PID_ENV) if k in os.environ}
     os.environ.clear()
-    os.environ.update({**handoff.env, **own})
+    os.environ.update({**own, **handoff.env})
     os.chdir(handoff.cwd)
     with open(os.devnull, "rb") as null:  # as a task started without input
         os.dup2(null.fileno(), 0)

@@ -27,7 +27,9 @@ def _local(cfg, plan: Plan, job: JobDir, env: Dict[str, str]) -> Outcome:
     proc = standby.claim([str(job.root)], env)  # the task started with the command, if it is there
     if proc is None:
         proc = process.start(process.task_command(job.root), env)
-    return outcome_from(job, process.wait(process.adopt(proc)))
+    code = process.wait(process.adopt(proc))
+    standby.refill()  # the next job's task imports TensorFlow while this job's run is closed
+    return outcome_from(job, code)
 
 
 @LAUNCHERS.register("localhost")
