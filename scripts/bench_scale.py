@@ -5,6 +5,7 @@ of metrics an xpdist run logs, spread over a few strategies, and the sweep's run
 of one parent run. Used by scripts/bench.py; runnable alone:
 
     python scripts/bench_scale.py --runs 10 100 300 1000 --sweep-jobs 200
+    python scripts/bench_scale.py --relay-epochs 100     # the metric relay over a long run
 """
 
 from __future__ import annotations
@@ -130,10 +131,65 @@ def sweep_overhead(values: Sequence[str] = ("0.01", "0.05", "0.1"), timeout_s: f
             "sweep_ratio": sweep / singles, "parallel_ratio": parallel / (singles / cores)}
 
 
+def relay_cost(epochs: int = 100) -> Dict[str, object]:
+    """What the metric relay costs as a run grows, two ways.
+
+    In process: the task's metric file grows by one epoch (the figures a fit run writes), then
+    the relay (xpdist.tracking.relay.MetricRelay, which the driver runs once a second) logs
+    what is new into a real SQLite run; each call is timed. A relay that re-read or re-sent the
+    whole file would grow with the epoch. End to end: `python -m xpdist` for `epochs` epochs of
+    the linear model, its epoch_time_s over the first and the last ten epochs (the relay runs
+    in the driver, beside the task, for the whole run).
+    """
+    import os
+    import statistics
+
+    from mlflow.tracking import MlflowClient
+
+    sys.path.insert(0, str(REPO))
+    from xpdist.core.jobdir import MetricFile
+    from xpdist.tracking.relay import MetricRelay
+
+    work = Path(tempfile.mkdtemp(prefix="xpdist-relay-bench-"))
+    uri = f"sqlite:///{work / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    run = client.create_run(client.create_experiment("relay"))
+    metrics = MetricFile(work / "metrics.jsonl")
+    relay = MetricRelay(uri, run.info.run_id, work / "metrics.jsonl")
+    calls = []
+    for epoch in range(1, epochs + 1):
+        metrics.add({"loss": 1.0 / epoch, "mae": 0.5 / epoch, "epoch_time_s": 0.1, "examples_per_sec": 1000.0,
+                     "val_loss": 1.1 / epoch, "val_mae": 0.6 / epoch}, step=epoch)
+        metrics.flush()
+        start = time.perf_counter()
+        relay.relay()
+        calls.append(time.perf_counter() - start)
+    logged = len(client.get_metric_history(run.info.run_id, "loss"))
+
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    subprocess.run([sys.executable, "-m", "xpdist", "model=linear", "dataset=synthetic_regression",
+                    f"trainer.epochs={epochs}", "trainer.progress=false", f"tracking.uri={uri}",
+                    "tracking.experiment=relay-run", f"hydra.run.dir={work / 'run'}"],
+                   cwd=work, env=env, check=True, stdout=subprocess.DEVNULL)
+    (ran,) = client.search_runs([client.get_experiment_by_name("relay-run").experiment_id])
+    times = [m.value for m in sorted(client.get_metric_history(ran.info.run_id, "epoch_time_s"), key=lambda m: m.step)]
+    ms = [1000 * c for c in calls]
+    return {"epochs": epochs, "relayed_epochs": logged,
+            "relay_ms_first10": statistics.median(ms[:10]), "relay_ms_last10": statistics.median(ms[-10:]),
+            "relay_ms_max": max(ms),
+            "epoch_ms_2_to_11": 1000 * statistics.median(times[1:11]),
+            "epoch_ms_last10": 1000 * statistics.median(times[-10:])}
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, nargs="+", default=[10, 100, 300, 1000])
     parser.add_argument("--sweep-jobs", type=int, default=200)
     parser.add_argument("--sweep-overhead", action="store_true", help="time a 3-job sweep against 3 runs instead")
+    parser.add_argument("--relay-epochs", type=int, default=0, help="time the metric relay over a run this long "
+                        "instead")
     args = parser.parse_args()
-    print(sweep_overhead() if args.sweep_overhead else measure(args.runs, args.sweep_jobs))
+    if args.relay_epochs:
+        print(relay_cost(args.relay_epochs))
+    else:
+        print(sweep_overhead() if args.sweep_overhead else measure(args.runs, args.sweep_jobs))

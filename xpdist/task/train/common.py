@@ -33,8 +33,6 @@ class TrainContext:
     logged_epochs: Set[int] = field(default_factory=set)
     # time.time() when the first training step (or execution of steps) had finished.
     first_step_at: Optional[float] = None
-    # Training iterators, held until the process ends (see keep_iterators).
-    kept_iterators: List[Any] = field(default_factory=list)
 
     def step_done(self) -> None:
         """Called after every training call; remembers when the first one finished."""
@@ -70,7 +68,12 @@ def record_epoch(ctx: TrainContext, epoch: int, logs: Dict[str, float], train_s:
     return metrics
 
 
-def keep_iterators(ctx: TrainContext, distributed):
+# Training iterators, held until the process ends (see keep_iterators). A module's list, not the
+# TrainContext's: the context is freed when runner.run returns, and the iterators with it.
+_KEPT_ITERATORS: List[Any] = []
+
+
+def keep_iterators(distributed):
     """Makes every iterator of a distributed dataset live as long as the task process.
 
     Destroying a strategy's multi-device iterator joins the tf.data autotuning thread of each
@@ -86,7 +89,7 @@ def keep_iterators(ctx: TrainContext, distributed):
 
     def __iter__(self):
         iterator = base.__iter__(self)
-        ctx.kept_iterators.append(iterator)
+        _KEPT_ITERATORS.append(iterator)
         return iterator
 
     distributed.__class__ = type(base.__name__, (base,), {"__iter__": __iter__})

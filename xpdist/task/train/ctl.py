@@ -87,7 +87,7 @@ def train(ctx: TrainContext) -> Dict[str, float]:
     build_optimizer(ctx)  # before the step is traced: see build_optimizer
     loop = _Loop(ctx)
     steps = plan.steps_per_epoch
-    dataset = keep_iterators(ctx, ctx.strategy.distribute_datasets_from_function(
+    dataset = keep_iterators(ctx.strategy.distribute_datasets_from_function(
         replica_batches_fn(tf, arrays.x_train, arrays.y_train, cfg, plan, training=True)))
     val_dataset = None
     if plan.validation_steps:

@@ -117,7 +117,7 @@ def train(ctx: TrainContext) -> Dict[str, float]:
         # Multi-worker strategies are left to Model.fit (tf-keras there, with its own sharding).
         if isinstance(train_ds, tf.data.Dataset):  # a custom source's batches come distributed
             train_ds = ctx.strategy.experimental_distribute_dataset(train_ds)
-        train_ds = keep_iterators(ctx, train_ds)
+        train_ds = keep_iterators(train_ds)
     val_ds = None
     if plan.validation_steps:
         val_ds = global_batches(tf, arrays.x_val, arrays.y_val, cfg, plan, training=False)
