@@ -34,7 +34,6 @@ from xpdist.driver import spawn
 
 ENABLE_ENV = "XPDIST_STANDBY"
 
-# Arguments after which no single run's task is started: a sweep, or Hydra printing something.
 # Arguments after which Hydra prints something instead of running jobs.
 _NO_RUN_FLAGS = {"-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "-i", "--info", "-sc",
                  "--shell-completion", "-p", "--package", "--resolve"}

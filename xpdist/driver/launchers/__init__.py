@@ -25,9 +25,8 @@ LAUNCHERS: Registry[Launcher] = Registry("cluster")
 @LAUNCHERS.register("local")
 def _local(cfg, plan: Plan, job: JobDir, env: Dict[str, str]) -> Outcome:
     proc = standby.claim([str(job.root)], env)  # the task started with the command, if it is there
-    if proc is None:
-        proc = process.start(process.task_command(job.root), env)
-    code = process.wait(process.adopt(proc))
+    proc = process.adopt(proc) if proc else process.start(process.task_command(job.root), env)
+    code = process.wait(proc)
     standby.refill()  # the next job's task imports TensorFlow while this job's run is closed
     return outcome_from(job, code)
 
