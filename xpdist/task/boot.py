@@ -12,7 +12,7 @@ import ctypes
 import os
 import signal
 import sys
-from typing import List
+from typing import List, Sequence
 
 from xpdist.core.taskenv import DRIVER_PID_ENV, LAUNCHED_AT_ENV, Handoff
 
@@ -39,14 +39,39 @@ def quiet_tensorflow() -> None:
     os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "3")
 
 
-def import_tensorflow(verbose: bool):
-    """Imports TensorFlow, its C++ start-up chatter hidden unless verbose."""
-    if verbose:
+# Optional integrations that Keras imports at its own import when they are installed: its
+# scikit-learn wrappers (sklearn, and scipy with it), DataFrame input (pandas), its image-gallery
+# plots (matplotlib) and notebook display (IPython). Keras 3 is imported with TensorFlow, tf-keras
+# at the first `tf.keras` under TF_USE_LEGACY_KERAS=1. A task uses none of them (its data reaches
+# Keras as tf.data datasets), and here they took 1.2-1.6 s of TensorFlow's 4.5 s import.
+KERAS_OPTIONAL = ("sklearn", "pandas", "matplotlib", "IPython")
+
+
+def import_tensorflow(verbose: bool, keras: bool = True):
+    """Imports TensorFlow, its C++ start-up chatter hidden unless verbose, and with `keras`
+    the run's Keras (TF_USE_LEGACY_KERAS is read there), without Keras's optional integrations."""
+    with optional_imports_skipped(KERAS_OPTIONAL), (contextlib.nullcontext() if verbose else stderr_silenced()):
         import tensorflow as tf
-    else:
-        with stderr_silenced():
-            import tensorflow as tf
+
+        if keras:
+            tf.keras.Model  # noqa: B018  (tf.keras is loaded at its first attribute)
     return tf
+
+
+@contextlib.contextmanager
+def optional_imports_skipped(names: Sequence[str]):
+    """Inside, importing one of these top-level packages raises ImportError, as if it were not
+    installed (a None in sys.modules is Python's documented way to say so); after, they import
+    as usual. Packages already imported are left alone."""
+    skipped = [name for name in names if name not in sys.modules]
+    for name in skipped:
+        sys.modules[name] = None
+    try:
+        yield
+    finally:
+        for name in skipped:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
 
 
 @contextlib.contextmanager
@@ -72,7 +97,7 @@ def standby() -> List[str]:
     """
     die_with_driver()
     quiet_tensorflow()
-    import_tensorflow(verbose=False)
+    import_tensorflow(verbose=False, keras=False)  # the Keras flavour comes with the job
     line = sys.stdin.buffer.readline()
     if not line.strip():
         os._exit(0)
