@@ -402,7 +402,9 @@ def markdown(table, targets: List[dict], meta: dict) -> str:
     if meta.get("sweep_overhead"):
         o = meta["sweep_overhead"]
         lines += [f"Sweep of {o['jobs']} jobs: {o['sweep_ratio']:.2f}x the single runs' sum (target 1.05x); "
-                  f"parallel launcher {o['parallel_ratio']:.2f}x the sum / {o['cores']} cores (target 1.15x)."]
+                  f"parallel launcher {o['parallel_ratio']:.2f}x the sum / {o['cores']} cores (target 1.15x), "
+                  f"{o['parallel_to_bound']:.2f}x its lower bound here ({o['parallel_bound_s']:.1f} s: the single "
+                  f"runs' {o['singles_cpu_s']:.1f} CPU-s / {o['cores']} cores, or whole rounds of one run)."]
     return "\n".join(lines) + "\n"
 
 

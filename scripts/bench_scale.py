@@ -104,31 +104,48 @@ def measure(run_counts: Sequence[int], sweep_jobs: int) -> Dict[str, object]:
     return {"report": curve, "sweep_summary": {sweep_jobs: seconds}, "work": str(work)}
 
 
-def sweep_overhead(values: Sequence[str] = ("0.01", "0.05", "0.1"), timeout_s: float = 900.0) -> Dict[str, float]:
+def sweep_overhead(jobs: int = 0, timeout_s: float = 900.0) -> Dict[str, float]:
     """Seconds for N small single runs, the same N jobs as one sweep with the default launcher,
-    and with hydra/launcher=local_parallel; and the two ratios the issue sets targets for."""
-    import os
+    and with hydra/launcher=local_parallel; the two ratios the issue sets targets for; and what
+    bounds the parallel sweep from below on this machine.
 
+    N defaults to twice the cores, so that the jobs fill whole rounds of the parallel launcher.
+    Each command's CPU-seconds (its own and every process it waited for: the task, joblib's
+    workers) come from getrusage. N jobs on C cores take at least the larger of: their
+    CPU-seconds / C, and ceil(N / C) rounds of one job's wall time.
+    """
+    import math
+    import os
+    import resource
+    import statistics
+
+    cores = os.cpu_count() or 1
+    values = [f"{0.01 * (i + 1):.2f}" for i in range(jobs or 2 * cores)]
     work = Path(tempfile.mkdtemp(prefix="xpdist-sweep-bench-"))
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     base = [sys.executable, "-m", "xpdist", "model=linear", "dataset=synthetic_regression", "trainer.epochs=2",
             f"tracking.uri=sqlite:///{work / 'mlflow.db'}"]
 
-    def timed(cmd: List[str]) -> float:
-        start = time.perf_counter()
+    def timed(cmd: List[str]) -> tuple:
+        """(wall seconds, CPU-seconds of the command and its children)."""
+        before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
         subprocess.run(cmd, cwd=work, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        timeout=timeout_s)
-        return time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return time.perf_counter() - start, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
     timed(base + ["hydra.run.dir=warmup"])  # the store exists and the files are in the page cache
-    singles = sum(timed(base + [f"optimizer.learning_rate={v}", f"hydra.run.dir=single-{v}"]) for v in values)
+    single = [timed(base + [f"optimizer.learning_rate={v}", f"hydra.run.dir=single-{v}"]) for v in values]
+    singles, singles_cpu = sum(w for w, _ in single), sum(c for _, c in single)
     multirun = base[:3] + ["-m"] + base[3:]  # Hydra's argparse wants -m before the overrides
-    sweep = timed(multirun + [f"optimizer.learning_rate={','.join(values)}", "hydra.sweep.dir=sweep"])
-    parallel = timed(multirun + [f"optimizer.learning_rate={','.join(values)}", "hydra.sweep.dir=parallel",
-                             "hydra/launcher=local_parallel"])
-    cores = os.cpu_count() or 1
-    return {"jobs": len(values), "singles_s": singles, "sweep_s": sweep, "parallel_s": parallel, "cores": cores,
-            "sweep_ratio": sweep / singles, "parallel_ratio": parallel / (singles / cores)}
+    sweep, sweep_cpu = timed(multirun + [f"optimizer.learning_rate={','.join(values)}", "hydra.sweep.dir=sweep"])
+    parallel, parallel_cpu = timed(multirun + [f"optimizer.learning_rate={','.join(values)}",
+                                               "hydra.sweep.dir=parallel", "hydra/launcher=local_parallel"])
+    bound = max(singles_cpu / cores, math.ceil(len(values) / cores) * statistics.median(w for w, _ in single))
+    return {"jobs": len(values), "cores": cores, "singles_s": singles, "singles_cpu_s": singles_cpu,
+            "sweep_s": sweep, "sweep_cpu_s": sweep_cpu, "parallel_s": parallel, "parallel_cpu_s": parallel_cpu,
+            "sweep_ratio": sweep / singles, "parallel_ratio": parallel / (singles / cores),
+            "parallel_bound_s": bound, "parallel_to_bound": parallel / bound}
 
 
 def relay_cost(epochs: int = 100) -> Dict[str, object]:
@@ -185,7 +202,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, nargs="+", default=[10, 100, 300, 1000])
     parser.add_argument("--sweep-jobs", type=int, default=200)
-    parser.add_argument("--sweep-overhead", action="store_true", help="time a 3-job sweep against 3 runs instead")
+    parser.add_argument("--sweep-overhead", action="store_true", help="time a sweep of twice as many jobs as cores "
+                        "against as many single runs, both launchers, instead")
     parser.add_argument("--relay-epochs", type=int, default=0, help="time the metric relay over a run this long "
                         "instead")
     args = parser.parse_args()
