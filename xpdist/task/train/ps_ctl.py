@@ -8,6 +8,7 @@ Validation runs on the coordinator, which reads the variables from the parameter
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Dict
 
@@ -79,13 +80,14 @@ def train(ctx: TrainContext) -> Dict[str, float]:
     for epoch in range(int(epoch_var.numpy()), cfg.trainer.epochs):
         start = time.perf_counter()
         results = [coordinator.schedule(train_step, args=(iterator,)) for _ in range(steps)]
-        results[0].fetch()  # blocks until the first step is done: the first_step_s metric
+        with contextlib.suppress(tf.errors.UnavailableError):  # done, its value lost with its worker (_fetched)
+            results[0].fetch()  # blocks until the first step is done: the first_step_s metric
         ctx.step_done()
         coordinator.join()
         train_s = time.perf_counter() - start
-        fetched = [r.fetch() for r in results]
-        logs = {"loss": sum(float(l) for l, _ in fetched) / steps,
-                name: sum(float(m) for _, m in fetched) / (steps * global_batch)}
+        fetched = _fetched(tf, results)
+        logs = {"loss": sum(float(l) for l, _ in fetched) / len(fetched),
+                name: sum(float(m) for _, m in fetched) / (len(fetched) * global_batch)}
         if val_ds is not None:
             val = [eval_step(x, y) for x, y in val_ds]
             logs["val_loss"] = sum(float(l) for l, _ in val) / len(val)
@@ -97,3 +99,23 @@ def train(ctx: TrainContext) -> Dict[str, float]:
         shown = " - ".join(f"{k}: {v:.4f}" for k, v in logs.items())
         print(f"Epoch {epoch + 1}/{cfg.trainer.epochs} - {train_s:.2f}s - {shown}", flush=True)
     return final_metrics(ctx)
+
+
+def _fetched(tf, results):
+    """The values of finished steps, each copied from the worker that ran it.
+
+    ClusterCoordinator runs a step again when its worker fails while running it, but not when
+    the worker is cut off after the step has finished: its update reached the parameter
+    servers, its loss stayed on the worker, and copying it fails (UnavailableError). Such steps
+    are left out of the epoch's averages; the error is raised only when no step's value is left.
+    """
+    values, lost = [], None
+    for result in results:
+        try:
+            values.append(result.fetch())
+        except tf.errors.UnavailableError as err:
+            lost = err
+    if not values and lost is not None:
+        raise lost
+    return values
+
