@@ -104,6 +104,13 @@ def measure(run_counts: Sequence[int], sweep_jobs: int) -> Dict[str, object]:
     return {"report": curve, "sweep_summary": {sweep_jobs: seconds}, "work": str(work)}
 
 
+def _clone_env() -> Dict[str, str]:
+    """This process's environment, with the clone first on PYTHONPATH: runs use its xpdist."""
+    import os
+
+    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
 def sweep_overhead(jobs: int = 0, timeout_s: float = 900.0) -> Dict[str, float]:
     """Seconds for N small single runs, the same N jobs as one sweep with the default launcher,
     and with hydra/launcher=local_parallel; the two ratios the issue sets targets for; and what
@@ -122,7 +129,7 @@ def sweep_overhead(jobs: int = 0, timeout_s: float = 900.0) -> Dict[str, float]:
     cores = os.cpu_count() or 1
     values = [f"{0.01 * (i + 1):.2f}" for i in range(jobs or 2 * cores)]
     work = Path(tempfile.mkdtemp(prefix="xpdist-sweep-bench-"))
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = _clone_env()
     base = [sys.executable, "-m", "xpdist", "model=linear", "dataset=synthetic_regression", "trainer.epochs=2",
             f"tracking.uri=sqlite:///{work / 'mlflow.db'}"]
 
@@ -158,7 +165,6 @@ def relay_cost(epochs: int = 100) -> Dict[str, object]:
     the linear model, its epoch_time_s over the first and the last ten epochs (the relay runs
     in the driver, beside the task, for the whole run).
     """
-    import os
     import statistics
 
     from mlflow.tracking import MlflowClient
@@ -183,7 +189,7 @@ def relay_cost(epochs: int = 100) -> Dict[str, object]:
         calls.append(time.perf_counter() - start)
     logged = len(client.get_metric_history(run.info.run_id, "loss"))
 
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = _clone_env()
     subprocess.run([sys.executable, "-m", "xpdist", "model=linear", "dataset=synthetic_regression",
                     f"trainer.epochs={epochs}", "trainer.progress=false", f"tracking.uri={uri}",
                     "tracking.experiment=relay-run", f"hydra.run.dir={work / 'run'}"],

@@ -37,19 +37,28 @@ def epochs(xpdist: Xpdist, run, key: str = "loss") -> List[int]:
     return [m.step for m in xpdist.client().get_metric_history(run.info.run_id, key)]
 
 
+def queued(env, job: str = "") -> List[str]:
+    """SLURM's queue (one job's entries with `job`), a line per job: id and state."""
+    argv = ["squeue", "-h", "-o", "%i %T"] + (["-j", job] if job else [])
+    out = subprocess.run(argv, env=env, capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def wait_gone(env, job: str, timeout: float) -> None:
+    """Until the job (every job with "") has left the queue (ended), or fails the test."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not queued(env, job):
+            return
+        time.sleep(1)
+    pytest.fail(f"still queued after {timeout}s: {queued(env, job)}")
+
+
 def assert_no_step_left(slurm_env, settle_s: float = 30.0) -> None:
     """Nothing of the test's is left in SLURM's queue. A job whose program has just exited stays
     RUNNING for a moment while slurmd ends it (a sweep's last job, when the driver returns as
     soon as its result is written): that is allowed settle_s; a job still running is not."""
-    deadline = time.monotonic() + settle_s
-    while True:
-        queue = subprocess.run(["squeue", "-h", "-o", "%i %T"], env=slurm_client_env(slurm_env),
-                               capture_output=True, text=True, check=True).stdout.split("\n")
-        left = [q for q in queue if q.strip()]
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    assert left == [], left
+    wait_gone(slurm_client_env(slurm_env), "", settle_s)
 
 
 # One trainer per strategy here: what SLURM changes (the cluster read from SLURM_*, one driver
@@ -122,16 +131,6 @@ def test_sbatch_script_as_the_docs_show(xpdist, slurm_env, tmp_path):
     assert runs[0].data.params["num_replicas"] == "2"
     assert (xpdist.workdir / "outputs" / f"slurm-{job}" / "task-1").is_dir()
 
-
-def wait_gone(env, job: str, timeout: float) -> None:
-    """Until the job has left the queue (ended), or fails the test."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=env, capture_output=True,
-                              text=True).stdout.strip():
-            return
-        time.sleep(2)
-    pytest.fail(f"job {job} still queued after {timeout}s")
 
 
 def test_requeued_job_resumes_into_the_same_run(xpdist, slurm_env, tmp_path):
