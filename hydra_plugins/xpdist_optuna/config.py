@@ -1,8 +1,8 @@
 """The config of `hydra/sweeper=optuna`, registered in Hydra's ConfigStore.
 
 Stored when Hydra imports this module while it scans the `hydra_plugins` package for
-plugins (before it composes any config): that scan is how Hydra finds a sweeper and its
-config, so the registration cannot be an explicit call from xpdist's entry point.
+plugins (before it composes any config), and when xpdist's entry point imports it
+(`xpdist.driver.main.register_plugins`), for the installs whose plugins that scan misses.
 """
 
 

@@ -52,6 +52,19 @@ print("RESULT " + json.dumps({"max_diff": float(np.abs(served - expected).max())
 """
 
 
+# How far two correct prediction paths (pyfunc's predict and a direct Keras call) may differ:
+# float32 keeps the equivalence suite's 1e-5; under mixed precision the layers compute in the
+# reduced dtype, and which kernels the CPU has (AMX/AVX512-BF16 or not) decides where each path
+# rounds. Seen on such a CPU: 2^-8 under mixed_bfloat16, 3e-4 under mixed_float16. The bound is
+# one unit in the last place of the compute dtype at 1.0 (the outputs are softmax probabilities,
+# all at most 1): 2^-7 for bfloat16 (8 bits of mantissa), 2^-10 for float16. Hardware-dependent.
+TOLERANCE = {"float32": 1e-5, "mixed_bfloat16": 2.0**-7, "mixed_float16": 2.0**-10}
+
+
+def tolerance(done: Finished) -> float:
+    return TOLERANCE[done.run.data.params["trainer.precision"]]
+
+
 def _compare(done: Finished, model_uri: str, legacy: bool) -> dict:
     model_dir = done.artifact_dir() / "model"
     env = xpdist_env({"TF_USE_LEGACY_KERAS": "1" if legacy else "0"})
@@ -85,7 +98,7 @@ def test_pyfunc_predicts_what_the_trained_model_predicts(runs, name):
     assert flavour in yaml.safe_load((done.artifact_dir() / "model" / "MLmodel").read_text())["flavors"]
     found = _compare(done, f"runs:/{done.run.info.run_id}/model", legacy=flavour == "tensorflow")
     assert found["shape"][1] == 10
-    assert found["max_diff"] <= 1e-5, found
+    assert found["max_diff"] <= tolerance(done), found
 
 
 def test_registered_model_loads_by_alias(runs):
@@ -94,7 +107,7 @@ def test_registered_model_loads_by_alias(runs):
     version = client.get_model_version_by_alias("digits", "champion")
     assert version.run_id == done.run.info.run_id
     found = _compare(done, "models:/digits@champion", legacy=False)
-    assert found["max_diff"] <= 1e-5, found
+    assert found["max_diff"] <= tolerance(done), found
 
 
 def test_precision_is_a_param(runs):

@@ -90,8 +90,28 @@ def _uri(cfg: DictConfig, ctx: job.JobContext) -> str:
     return store.resolve_uri(cfg.tracking.uri, ctx.launch_dir)
 
 
+def register_plugins() -> None:
+    """Registers xpdist's Hydra plugins (the Optuna sweeper) with Hydra itself.
+
+    Hydra 1.3 finds plugins by listing the `hydra_plugins` namespace package's modules. After
+    setuptools' default editable install (PEP 660) the package imports through an import hook
+    that this listing cannot see, so `hydra/sweeper=optuna` was unknown in any directory but
+    the checkout's root (facebookresearch/hydra#2359; entry-point discovery arrives in Hydra
+    1.4, facebookresearch/hydra#3252). Importing the plugin's config stores it in the
+    ConfigStore, and `Plugins.register` is Hydra's public call for a plugin class it did not
+    scan; both are harmless after a scan that found them.
+    """
+    from hydra.core.plugins import Plugins
+
+    import hydra_plugins.xpdist_optuna.config  # noqa: F401  (stores hydra/sweeper/optuna)
+    from hydra_plugins.xpdist_optuna.optuna_sweeper import OptunaSweeper
+
+    Plugins.instance().register(OptunaSweeper)
+
+
 def cli() -> None:
     register_configs()
+    register_plugins()
     sys.argv[1:] = quote_params_overrides(sys.argv[1:])
     # Hydra prints its compose errors over several lines and exits 1; told to raise them
     # (HYDRA_FULL_ERROR, which only Hydra reads), it lets them reach the handler below, which
