@@ -154,3 +154,19 @@ def test_custom_model_kwargs_start_empty():
     cfg = plain("model=custom", "+model.kwargs.units=32")
     assert dict(cfg.model.kwargs) == {"units": 32}
     check_keys(cfg)
+
+
+@pytest.mark.parametrize("overrides, node", [
+    (["model=custom", "model._target_=my_models.build", "model.kwargs.units=32"], "model.kwargs"),
+    (["dataset=custom", "dataset.kwargs.num_features=4"], "dataset.kwargs"),
+    (["dataset=tfrecord", "dataset.features.x={dtype: float32, shape: [8]}"], "dataset.features"),
+])
+def test_a_users_own_mapping_takes_new_keys_without_plus(overrides, node):
+    """The keys of a user's function or feature spec are theirs: docs/models.md's command composes."""
+    cfg = plain(*overrides)
+    new_key = overrides[-1].split("=", 1)[0].rsplit(".", 1)[-1]
+    assert new_key in OmegaConf.select(cfg, node)
+    check_keys(cfg)
+    group = node.split(".")[0]
+    with pytest.raises(ConfigCompositionException):  # the option's own keys stay closed
+        compose(overrides[:-1] + [f"{group}.typo.{new_key}=1"])

@@ -16,9 +16,19 @@ from enum import Enum
 from typing import Any, Dict, List, Mapping, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from xpdist.core.errors import ConfigError
+
+
+def _open_mapping() -> DictConfig:
+    """An empty mapping whose keys are the user's own: `model.kwargs.units=32` adds one, no `+`.
+
+    Hydra closes every node of the composed config (struct mode), typed `Dict[K, V]` mappings
+    included, so a new key would need `+`. A node that sets its own struct flag to False keeps
+    it through composition: the keys of a user's function or feature spec cannot be known here.
+    """
+    return OmegaConf.create({}, flags={"struct": False})
 
 
 class LrScaling(Enum):
@@ -283,8 +293,8 @@ class CustomModel(ModelBase):
     # it is called with input_shape, num_outputs and the entries of `kwargs`.
     _target_: str = "xpdist.task.models.example_custom_model"
     # Extra keyword arguments for the function (empty by default: the function's own
-    # defaults apply). Add one with +model.kwargs.NAME=VALUE.
-    kwargs: Dict[str, Any] = field(default_factory=dict)
+    # defaults apply). Add one with model.kwargs.NAME=VALUE.
+    kwargs: Dict[str, Any] = field(default_factory=_open_mapping)
 
 
 # ---- dataset -------------------------------------------------------------------------------
@@ -360,7 +370,7 @@ class TfrecordDataset(DatasetBase):
     # Globs of the validation files (empty: no validation; validation_split does not apply).
     validation_files: List[str] = field(default_factory=list)
     # Feature name -> {dtype: float32|int64|string, shape: [..]}; the label is one of them.
-    features: Dict[str, Any] = field(default_factory=dict)
+    features: Dict[str, Any] = field(default_factory=_open_mapping)
     # The feature that is the label; the other features are the model's input (one feature:
     # that tensor; several: they are concatenated after flattening).
     label: str = "label"
@@ -387,8 +397,8 @@ class CustomDataset(DatasetBase):
     # Dotted path of the user's function fn(input_context, batch_size, split, **kwargs)
     # returning a tf.data.Dataset of (features, labels) batches; see docs/data.md.
     _target_: str = "xpdist.task.data_sources.custom.example_dataset"
-    # Extra keyword arguments for the function. Add one with +dataset.kwargs.NAME=VALUE.
-    kwargs: Dict[str, Any] = field(default_factory=dict)
+    # Extra keyword arguments for the function. Add one with dataset.kwargs.NAME=VALUE.
+    kwargs: Dict[str, Any] = field(default_factory=_open_mapping)
     # Training examples per epoch (its steps per epoch: this // global batch). null: the
     # size is unknown, and trainer.steps_per_epoch must be set.
     num_examples: Optional[int] = None

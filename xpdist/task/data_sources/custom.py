@@ -20,7 +20,7 @@ def example_dataset(input_context, batch_size, split, num_features=8, num_exampl
             (dataset.per_replica_batch_size; the global batch is that x the replicas).
         split: "train" or "validation" (asked only when dataset.num_validation_examples > 0).
         num_features, num_examples, seed: this example's own keyword arguments, set with
-            +dataset.kwargs.NAME=VALUE.
+            dataset.kwargs.NAME=VALUE.
 
     Returns:
         A tf.data.Dataset of (features, labels) batches of batch_size, or None for "validation"
