@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 def wide_and_deep(input_shape, num_outputs, units: int = 32, deep_units: int = 8):
-    """Two hidden layers: `units` wide (the name model=custom gives its width), then `deep_units`."""
+    """Two hidden layers: `units` wide, then `deep_units` (both set in conf/model/wide_and_deep.yaml)."""
     import tensorflow as tf  # the task process has TensorFlow; the driver never imports this module
 
     keras = tf.keras  # Keras 3, or tf-keras when xpdist selects it (TF_USE_LEGACY_KERAS)
