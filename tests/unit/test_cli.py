@@ -57,9 +57,12 @@ def test_unreachable_tracking_server_from_the_environment(xpdist):
 
 
 @pytest.mark.parametrize("overrides, key, says", [
-    (["strategy=mirrord"], "strategy", "Use one of: central_storage, default, mirrored,"),  # a typo in an option
-    (["trainer.epochs=two"], "trainer.epochs", "could not be converted to Integer"),  # a wrong type
-    (["trainer.epoch=3"], "trainer.epoch", "trainer=fit has no key 'epoch'. Its keys are: name, epochs,"),
+    (["strategy=mirrord"], "strategy", "Did you mean strategy=mirrored? Use one of: central_storage, default,"),
+    (["recipe=quickstar"], "recipe", "Did you mean recipe=quickstart?"),  # a typo in a recipe's name
+    (["trainer.epochs=two"], "trainer.epochs", "trainer.epochs takes a whole number, not 'two'. "
+                                               "Use e.g. trainer.epochs=2."),  # a wrong type
+    (["trainer.epoch=3"], "trainer.epoch", "trainer=fit has no key 'epoch'. Did you mean trainer.epochs? "
+                                           "Its keys are: name, epochs,"),
     (["+trainer.epoch=3"], "trainer.epoch", "nothing would read it"),  # the trap of Hydra's own hint
     (["+unknown.key=1"], "unknown.key", "the config has no key 'unknown'"),
     (["model.filters=[8]"], "model.filters", "model=linear has no key 'filters'"),  # a key of another option

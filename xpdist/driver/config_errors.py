@@ -3,21 +3,27 @@
 Hydra prints a compose error over several lines, adds a hint about HYDRA_FULL_ERROR and
 exits 1, which xpdist reserves for a failed training. The entry point asks Hydra to raise
 these errors instead and prints the line made here, with exit code 2 like every bad config.
+A misspelled option, recipe or key gets the nearest known name (difflib), and a value of the
+wrong type is told what the key takes, in xpdist's words rather than OmegaConf's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import enum
 import re
+import typing
+from typing import Any, Iterable, Optional
 
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
+from xpdist.core import docs
 from xpdist.core.schema import SCHEMA_PREFIX
 
 # Hydra's own errors about a bad config: a missing option, a bad key or value, a bad override.
 COMPOSE_ERRORS = (ConfigCompositionException, OverrideParseException)
-DOCS = "docs/configuration.md"
 
 
 def one_line(err: Exception) -> str:
@@ -32,7 +38,7 @@ def one_line(err: Exception) -> str:
     if isinstance(err, MissingConfigException) and err.options is not None:
         return _missing_option(err)
     if isinstance(cause, ValidationError) and cause.full_key:
-        return f"{cause.full_key}={_override_value(err, cause)}: {_first_line(cause)}. See {cause.full_key} in {DOCS}."
+        return _wrong_value(err, cause)
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and cause.full_key:
         return _unknown_key(err, cause)
     multiple = re.match(r"Multiple values for (\S+)\. To override a value use 'override \S+: (\S+)'", str(err))
@@ -47,7 +53,20 @@ def _missing_option(err: MissingConfigException) -> str:
     path = err.missing_cfg_file or ""
     group, _, option = path.rpartition("/")
     options = [o for o in err.options if not o.startswith(SCHEMA_PREFIX)]
-    return f"{group}={option}: there is no such {group} option. Use one of: {', '.join(options)}."
+    return (f"{group}={option}: there is no such {group} option.{did_you_mean(option, options, f'{group}=')} "
+            f"Use one of: {', '.join(options)}.")
+
+
+def did_you_mean(word: str, known: Iterable[str], prefix: str = "") -> str:
+    """" Did you mean <prefix><nearest>?" for the known name nearest to word, or "" when none is near.
+
+    Args:
+        word: what was typed, e.g. "mirrord".
+        known: the names it could have been.
+        prefix: put before the suggestion, so that it reads as something to type (strategy=).
+    """
+    nearest = difflib.get_close_matches(str(word), list(known), n=1)
+    return f" Did you mean {prefix}{nearest[0]}?" if nearest else ""
 
 
 def _unknown_key(err: Exception, cause) -> str:
@@ -55,11 +74,66 @@ def _unknown_key(err: Exception, cause) -> str:
     owner = cause.object_type
     if not dataclasses.is_dataclass(owner):  # a free-form dict such as model.kwargs takes new keys with +
         return f"{override}: '{cause.key}' is a new key there. Add it with +{override}."
-    keys = ", ".join(f.name for f in dataclasses.fields(owner))
+    keys = [f.name for f in dataclasses.fields(owner)]
     group = cause.full_key.rpartition(".")[0]
     name = getattr(owner, "name", None)
     where = f"{group}={name}" if group and isinstance(name, str) else (group or "the config")
-    return f"{override}: {where} has no key '{cause.key}'. Its keys are: {keys} (see {DOCS})."
+    hint = did_you_mean(cause.key, keys, f"{group}." if group else "")
+    return f"{override}: {where} has no key '{cause.key}'.{hint} Its keys are: {', '.join(keys)} (see {docs.page()})."
+
+
+def _wrong_value(err: Exception, cause: ValidationError) -> str:
+    """A value the key's type refuses: what the key takes, and an example to type."""
+    key, received = cause.full_key, _override_value(err, cause)
+    wanted = _field_type(cause.object_type, cause.key)
+    if wanted is None:  # not a field of the schema: OmegaConf's own words are all there is
+        return f"{key}={received}: {_first_line(cause)}. See {key} in {docs.page()}."
+    takes, example, choices = _describe(wanted, _field_default(cause.object_type, cause.key))
+    hint = did_you_mean(received, choices, f"{key}=") if choices else ""
+    fix = hint.strip() or f"Use e.g. {key}={example}."
+    return f"{key}={received}: {key} takes {takes}, not {received!r}. {fix} See {key} in {docs.page()}."
+
+
+def _field_type(owner: Any, name: str) -> Optional[Any]:
+    if not (isinstance(owner, type) and dataclasses.is_dataclass(owner)):
+        return None
+    try:
+        return typing.get_type_hints(owner).get(name)
+    except (NameError, TypeError):
+        return None
+
+
+def _field_default(owner: type, name: str) -> Any:
+    for f in dataclasses.fields(owner):
+        if f.name == name and f.default is not dataclasses.MISSING:
+            return f.default
+    return None
+
+
+# What a scalar type takes, in words, and an example used when the field has no default.
+_SCALARS = {int: ("a whole number", 1), float: ("a number", 0.1), bool: ("true or false", "true"),
+            str: ("a string", "name")}
+
+
+def _describe(wanted: Any, default: Any) -> tuple:
+    """(what the type takes in words, an example value, the allowed names of an enum or ())."""
+    args = typing.get_args(wanted)
+    if typing.get_origin(wanted) is typing.Union and type(None) in args:  # Optional[X]
+        inner = next(a for a in args if a is not type(None))
+        takes, example, choices = _describe(inner, default)
+        return f"{takes} or null", example, choices
+    if isinstance(wanted, type) and issubclass(wanted, enum.Enum):
+        names = [m.name for m in wanted]
+        example = default.name if isinstance(default, enum.Enum) else names[0]
+        return f"one of {', '.join(names)}", example, names
+    if typing.get_origin(wanted) in (list, typing.List):
+        return "a list, e.g. [a,b]", "[]", ()
+    if typing.get_origin(wanted) in (dict, typing.Dict):
+        return "a mapping, e.g. {a: 1}", "{}", ()
+    takes, example = _SCALARS.get(wanted, (getattr(wanted, "__name__", str(wanted)), None))
+    if default is not None and not isinstance(default, (list, dict)) and default != "":
+        example = str(default).lower() if isinstance(default, bool) else default
+    return takes, example, ()
 
 
 def _append_hint(err: Exception) -> str:
