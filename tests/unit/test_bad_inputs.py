@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.unit_helpers import no_gpus, plain  # noqa: F401  (no_gpus: autouse fixture)
+from tests.unit.unit_helpers import plain
 from xpdist.core.errors import ConfigError
 from xpdist.driver import config_errors, preflight
 

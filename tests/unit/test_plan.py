@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
-from tests.unit.unit_helpers import no_gpus, plain  # noqa: F401  (no_gpus: autouse fixture)
+from tests.unit.unit_helpers import plain
 from xpdist.core import plan as planning
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir, JobSpec, MetricFile, TaskResult, read_metrics
@@ -146,8 +147,12 @@ def test_a_task_result_is_none_until_written_and_a_cut_metric_line_is_skipped(tm
     TaskResult("FAILED", "ValueError: boom", 12.5).write(job)
     assert TaskResult.read(job) == TaskResult("FAILED", "ValueError: boom", 12.5)
     metrics = MetricFile(job.metrics)
+    before_ms = int(time.time() * 1000)
     metrics.add({"loss": 1.0}, step=1)
+    after_ms = int(time.time() * 1000)
     metrics.flush()
     with open(job.metrics, "a") as out:
         out.write('{"step": 2, "timest')  # a task killed mid-write
-    assert read_metrics(job.metrics) == [(1, read_metrics(job.metrics)[0][1], {"loss": 1.0})]
+    [(step, timestamp_ms, values)] = read_metrics(job.metrics)
+    assert (step, values) == (1, {"loss": 1.0})
+    assert before_ms <= timestamp_ms <= after_ms  # when add() was called, in milliseconds

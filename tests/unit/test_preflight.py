@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import closed_port
-from tests.unit.unit_helpers import no_gpus, plain  # noqa: F401  (no_gpus: autouse fixture)
+from tests.unit.unit_helpers import plain
 from xpdist.driver import preflight
 from xpdist.core.errors import ConfigError
 

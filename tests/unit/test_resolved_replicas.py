@@ -12,7 +12,7 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from tests.unit.unit_helpers import no_gpus, plain  # noqa: F401 (no_gpus: an autouse fixture)
+from tests.unit.unit_helpers import plain
 from xpdist.core.jobdir import JobDir
 from xpdist.core.plan import RESOLVED_BY_TASK, make_plan, with_replicas
 from xpdist.driver import job as job_module

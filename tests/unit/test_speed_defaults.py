@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.unit_helpers import no_gpus, plain  # noqa: F401  (no_gpus: autouse fixture)
+from tests.unit.unit_helpers import plain
 from xpdist.core import plan as planning
 from xpdist.core.jobdir import JobDir, MetricFile
 from xpdist.tracking import store as tracking

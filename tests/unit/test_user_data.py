@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.unit_helpers import no_gpus, plain  # noqa: F401  (no_gpus: autouse fixture)
+from tests.unit.unit_helpers import plain
 from tests.datafiles import FEATURES, write_image_folder
 from xpdist.core import datafiles
 from xpdist.core.errors import ConfigError

@@ -1,14 +1,12 @@
-"""Helpers for the unit tests: plain configs as job.run sees them, no GPUs."""
+"""Helpers for the unit tests: plain configs as job.run sees them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from hydra import compose as hydra_compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from xpdist.core import plan as planning
 from xpdist.core.schema import register_configs
 from xpdist.driver.job import plain_config
 
@@ -26,14 +24,6 @@ def plain(*overrides: str):
     return OmegaConf.create(plain_config(cfg))
 
 
-
-@pytest.fixture(autouse=True)
-def no_gpus(monkeypatch):
-    """Autouse where imported: checks run as on a machine without GPUs, whatever this one has."""
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    planning.gpu_count.cache_clear()
-    yield
-    planning.gpu_count.cache_clear()
 
 
 def recording_model(input_shape, num_outputs, **kwargs):
