@@ -222,3 +222,35 @@ def test_model_alias_needs_a_registered_model(tmp_path):
 def test_registering_needs_a_logged_model(tmp_path):
     err = reject(tmp_path, "tracking.register_model=digits", "tracking.log_model=false")
     assert err.key == "tracking.register_model"
+
+
+def test_a_negative_number_of_packs_is_refused(tmp_path):
+    err = reject(tmp_path, "strategy=mirrored", "cross_ops=hierarchical", "cross_ops.num_packs=-1")
+    assert err.key == "cross_ops.num_packs" and err.received == -1 and "0 for no packing" in str(err)
+
+
+def test_no_packing_is_a_number_of_packs_tensorflow_takes(tmp_path):
+    """TensorFlow's HierarchicalCopyAllReduce and NcclAllReduce take num_packs >= 0, 0 packing nothing."""
+    cfg = plain("strategy=mirrored", "cross_ops=hierarchical", "cross_ops.num_packs=0", "devices.logical_cpus=2")
+    plan = preflight.check(cfg, tmp_path)
+    assert cfg.cross_ops.num_packs == 0 and plan.cross_ops == "hierarchical" and plan.num_replicas == 2
+
+
+@pytest.mark.parametrize("device", ["/cpu:2", "/gpu:0", "somewhere"])
+def test_reduce_to_a_device_that_does_not_exist(tmp_path, device):
+    err = reject(tmp_path, "strategy=mirrored", "cross_ops=reduction_to_one_device", "devices.logical_cpus=2",
+                 f"cross_ops.reduce_to_device={device}")
+    assert err.key == "cross_ops.reduce_to_device" and err.received == device and "/cpu:1" in str(err)
+
+
+def test_reduce_to_a_device_that_exists(tmp_path):
+    cfg = plain("strategy=mirrored", "cross_ops=reduction_to_one_device", "devices.logical_cpus=2",
+                "cross_ops.reduce_to_device=/cpu:1")
+    assert preflight.check(cfg, tmp_path).num_replicas == 2
+
+
+@pytest.mark.parametrize("timeout", [0, -5])
+def test_a_collective_timeout_of_zero_or_less_is_refused(tmp_path, timeout):
+    err = reject(tmp_path, "strategy=multi_worker_mirrored", "cluster=localhost", "communication=ring",
+                 f"communication.timeout_seconds={timeout}")
+    assert err.key == "communication.timeout_seconds" and "null to wait forever" in str(err)

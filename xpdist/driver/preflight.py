@@ -19,7 +19,7 @@ from xpdist.core import plan as planning
 from xpdist.core import schema
 from xpdist.core.clusterenv import check_tf_config, slurm_tasks
 from xpdist.core.errors import ConfigError
-from xpdist.driver import data_checks
+from xpdist.driver import data_checks, strategy_checks
 
 MULTI_PROCESS_CLUSTERS = ("localhost", "tf_config", "slurm")
 # Strategies whose replicas are devices of one process: XLA cannot compile a step whose
@@ -39,6 +39,7 @@ def check(cfg, launch_dir: Path) -> planning.Plan:
     """
     schema.check_keys(cfg)
     _check_strategy_options(cfg)
+    strategy_checks.check(cfg)
     _check_cluster(cfg)
     _check_devices(cfg)
     _check_numbers(cfg)
