@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import re
+import shlex
+import subprocess
+import sys
 
-from tests.helpers import REPO
+import yaml
+
+from tests.helpers import REPO, xpdist_env
+from tests.unit.unit_helpers import plain
+from xpdist.core.schema import DatasetBase, check_keys
 
 RECIPES = sorted(p.relative_to(REPO / "recipes").with_suffix("").as_posix()
                  for p in (REPO / "recipes").rglob("*.yaml"))
@@ -16,3 +25,43 @@ def test_every_recipe_is_listed_in_the_docs_with_its_command():
     assert sorted(listed) == RECIPES
     for name in RECIPES:
         assert f"`python -m xpdist recipe={name}`" in page
+
+
+def _commands(page: str) -> list:
+    """The one-line `python -m xpdist ...` commands of a page (inline code), as argument lists."""
+    return [shlex.split(line)[3:] for line in re.findall(r"`(python -m xpdist [^`]+)`", page)]
+
+
+def test_the_custom_model_commands_compose():
+    """docs/models.md and examples/my_project set model.kwargs on the command line, without `+`."""
+    pages = [REPO / "docs" / "models.md", REPO / "examples" / "my_project" / "README.md"]
+    commands = [args for page in pages for args in _commands(page.read_text()) if "model=custom" in args]
+    assert len(commands) >= 2 and all(any(a.startswith("model.kwargs.") for a in c) for c in commands)
+    for args in commands:
+        check_keys(plain(*args))
+
+
+def test_the_option_file_of_data_md_composes(tmp_path):
+    """The TFRecord example is an option of the dataset group, read with --config-dir."""
+    page = (REPO / "docs" / "data.md").read_text()
+    block = re.search(r"```yaml\n(# conf/dataset/my_data\.yaml.*?)```", page, re.S)
+    assert block, "the dataset option example is missing from docs/data.md"
+    (tmp_path / "conf" / "dataset").mkdir(parents=True)
+    (tmp_path / "conf" / "dataset" / "my_data.yaml").write_text(block.group(1))
+    assert "python -m xpdist --config-dir conf dataset=my_data" in block.group(1)
+    done = subprocess.run([sys.executable, "-m", "xpdist", "--config-dir", "conf", "dataset=my_data", "--cfg", "job"],
+                          cwd=tmp_path, env=xpdist_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    dataset = yaml.safe_load(done.stdout)["dataset"]
+    assert dataset["name"] == "tfrecord" and dataset["files"] == ["data/train-*.tfrecord"]
+    assert dataset["features"]["label"] == {"dtype": "int64", "shape": []}
+
+
+def test_the_streamed_options_table_of_data_md_has_the_schemas_defaults():
+    page = (REPO / "docs" / "data.md").read_text()
+    rows = re.findall(r"^\| `dataset\.(\w+)` \| ([^|]+) \|", page, re.M)
+    assert len(rows) >= 5
+    base = {f.name: f.default for f in dataclasses.fields(DatasetBase)}
+    for key, default in rows:
+        want = base[key].name if isinstance(base[key], enum.Enum) else base[key]
+        assert default.strip() == str(want).lower(), (key, default, want)

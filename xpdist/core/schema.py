@@ -107,6 +107,9 @@ class LocalDevicesStrategy(StrategyBase):
 @dataclass
 class OneDeviceStrategy(LocalDevicesStrategy):
     name: str = "one_device"
+    # The device to train on, as a list of which only the first entry is used, e.g. ["/gpu:1"].
+    # Empty: the first GPU, else /cpu:0.
+    devices: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -317,8 +320,9 @@ class DatasetBase:
     cache: str = "none"
     # Batches prepared ahead: -1 lets tf.data tune it (AUTOTUNE), 0 disables prefetching.
     prefetch: int = -1
-    # Drop the last partial batch (needed for equal batches on every replica; the custom
-    # source's function batches itself and decides).
+    # File sources (tfrecord, image_folder): drop a last partial validation batch. Training
+    # batches are always whole, the in-memory data sets always drop it, and the custom
+    # source's function batches itself.
     drop_remainder: bool = True
     # How a multi-worker run splits the input among workers (tf.data's AutoShardPolicy):
     # auto (by file where every worker gets a file, else by example), file, data, or off.
