@@ -14,6 +14,7 @@ import yaml
 from tests.helpers import REPO, xpdist_env
 from tests.unit.unit_helpers import plain
 from xpdist.core.schema import DatasetBase, check_keys
+from xpdist.report import summary
 
 RECIPES = sorted(p.relative_to(REPO / "recipes").with_suffix("").as_posix()
                  for p in (REPO / "recipes").rglob("*.yaml"))
@@ -65,3 +66,14 @@ def test_the_streamed_options_table_of_data_md_has_the_schemas_defaults():
     for key, default in rows:
         want = base[key].name if isinstance(base[key], enum.Enum) else base[key]
         assert default.strip() == str(want).lower(), (key, default, want)
+
+
+def test_the_sample_sweep_table_has_the_columns_a_sweep_prints():
+    """docs/sweeps.md shows the table's real headers; no page calls its throughput the last epoch's."""
+    page = (REPO / "docs" / "sweeps.md").read_text()
+    header = re.search(r"^ +(job  overrides .*)$", page, re.M)
+    assert header, "the sample sweep table is missing from docs/sweeps.md"
+    assert re.split(r" {2,}", header.group(1).strip()) == [title for _, title in summary.SWEEP_COLUMNS]
+    for name in ("sweeps.md", "tracking.md", "api.md"):
+        text = " ".join((REPO / "docs" / name).read_text().split())
+        assert "last epoch's figure" not in text, name
