@@ -14,6 +14,7 @@ import yaml
 from tests.helpers import REPO, xpdist_env
 from tests.unit.unit_helpers import plain
 from xpdist.core.schema import DatasetBase, check_keys
+from xpdist.driver import requeue
 from xpdist.report import summary
 
 RECIPES = sorted(p.relative_to(REPO / "recipes").with_suffix("").as_posix()
@@ -77,3 +78,12 @@ def test_the_sample_sweep_table_has_the_columns_a_sweep_prints():
     for name in ("sweeps.md", "tracking.md", "api.md"):
         text = " ".join((REPO / "docs" / name).read_text().split())
         assert "last epoch's figure" not in text, name
+
+
+def test_a_requeued_slurm_job_is_documented_as_reopening_its_run_by_tag():
+    """clusters.md and lifecycle.md say what xpdist/driver/requeue.py does: no tracking.resume needed."""
+    for name in ("clusters.md", "lifecycle.md"):
+        text = (REPO / "docs" / name).read_text()
+        assert f"`{requeue.TAG}" in text and f"`{requeue.RESTARTS_TAG}`" in text, name
+    lifecycle = (REPO / "docs" / "lifecycle.md").read_text()
+    assert "tracking.resume=$RUN_ID" not in lifecycle
