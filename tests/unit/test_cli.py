@@ -30,6 +30,10 @@ def assert_rejected(xpdist: Xpdist, proc, key: str) -> str:
     (["strategy=mirrored", "devices.logical_cpus=2", "dataset.per_replica_batch_size=60"],
      "dataset.per_replica_batch_size", "60 x 2 replicas = 120"),
     (["dataset=npz", "dataset.path=missing.npz"], "dataset.path", "missing.npz"),
+    (["strategy=mirrored", "cross_ops=hierarchical", "cross_ops.num_packs=-1"], "cross_ops.num_packs", "no packing"),
+    (["tracking.register_model=bad/name:x"], "tracking.register_model", "cannot contain '/' or ':'"),
+    (["tracking.register_model=m", "tracking.model_alias=v1 bad"], "tracking.model_alias", "not ' '"),
+    (["tracking.experiment="], "tracking.experiment", "MLflow needs an experiment name"),
 ])
 def test_bad_config_is_one_line_and_exit_2(xpdist, overrides, key, says):
     line = assert_rejected(xpdist, xpdist.run(*overrides, timeout=120), key)

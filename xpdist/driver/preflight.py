@@ -20,6 +20,7 @@ from xpdist.core import schema
 from xpdist.core.clusterenv import check_tf_config, slurm_tasks
 from xpdist.core.errors import ConfigError
 from xpdist.driver import data_checks, strategy_checks
+from xpdist.tracking import names
 
 MULTI_PROCESS_CLUSTERS = ("localhost", "tf_config", "slurm")
 # Strategies whose replicas are devices of one process: XLA cannot compile a step whose
@@ -201,9 +202,7 @@ def _check_precision(cfg) -> None:
 
 def _check_model_logging(cfg) -> None:
     tracking = cfg.tracking
-    if tracking.model_alias and tracking.model_alias.lower() == "latest":  # MLflow's own name for the newest
-        raise ConfigError("tracking.model_alias", tracking.model_alias, "MLflow reserves the alias 'latest'",
-                          "Use another alias, e.g. tracking.model_alias=champion.")
+    names.check(tracking)  # MLflow's naming rules, which it would apply after the training
     if tracking.model_alias and not tracking.register_model:
         raise ConfigError("tracking.model_alias", tracking.model_alias,
                           "an alias names a version of a registered model",
