@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import io
 import re
 import shlex
 import subprocess
@@ -15,6 +16,7 @@ from tests.helpers import REPO, xpdist_env
 from tests.unit.unit_helpers import plain
 from xpdist.core.schema import DatasetBase, check_keys
 from xpdist.driver import requeue
+from xpdist.driver.job import JobResult, print_summary
 from xpdist.report import summary
 
 RECIPES = sorted(p.relative_to(REPO / "recipes").with_suffix("").as_posix()
@@ -87,3 +89,36 @@ def test_a_requeued_slurm_job_is_documented_as_reopening_its_run_by_tag():
         assert f"`{requeue.TAG}" in text and f"`{requeue.RESTARTS_TAG}`" in text, name
     lifecycle = (REPO / "docs" / "lifecycle.md").read_text()
     assert "tracking.resume=$RUN_ID" not in lifecycle
+
+
+def _final_line(text: str) -> str:
+    found = re.search(r"^ *final: (.+)$", text, re.M)
+    assert found, "no sample `final:` line"
+    return found.group(1)
+
+
+def test_the_readme_sample_final_line_is_what_a_run_prints():
+    """README's and tracking.md's `final:` lines are formatted by print_summary, and tracking.md
+    explains every figure in them."""
+    tracking = (REPO / "docs" / "tracking.md").read_text()
+    for text in ((REPO / "README.md").read_text(), tracking):
+        line = _final_line(text)
+        metrics = {k: float(v) for k, v in (item.split("=") for item in line.split(", "))}
+        out = io.StringIO()
+        print_summary(JobResult(status="FINISHED", run_id="r", run_name="n", metrics=metrics), "sqlite:///x", out=out)
+        assert _final_line(out.getvalue()) == line
+        assert {"loss", "examples_per_sec", "steady_examples_per_sec", "first_step_s", "epoch_time_s"} <= set(metrics)
+        section = tracking.split("## Where output goes", 1)[1].split("\n## ", 1)[0]
+        for key in metrics:
+            assert f"`{key}`" in section, f"docs/tracking.md's 'Where output goes' does not explain {key}"
+
+
+def test_the_readme_links_each_page_once_and_the_example_project():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) < 200
+    rows = re.findall(r"^\| \[([^\]]+)\]\(", readme.split("## Where to read on", 1)[1], re.M)
+    assert len(rows) == len(set(rows)), rows
+    pages = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md"))
+    assert not [p for p in pages if p not in rows], "a page of docs/ is missing from README's list"
+    for page in ("README.md", "docs/models.md", "docs/data.md"):
+        assert "examples/my_project/README.md)" in (REPO / page).read_text(), page
