@@ -11,10 +11,12 @@ import subprocess
 import sys
 
 import yaml
+from omegaconf import OmegaConf
 
 from tests.helpers import REPO, xpdist_env
 from tests.unit.unit_helpers import plain
-from xpdist.core.schema import DatasetBase, check_keys
+from xpdist.core.plan import keras_flavour
+from xpdist.core.schema import OPTIONS, DatasetBase, check_keys
 from xpdist.driver import requeue
 from xpdist.driver.job import JobResult, print_summary
 from xpdist.report import summary
@@ -122,3 +124,16 @@ def test_the_readme_links_each_page_once_and_the_example_project():
     assert not [p for p in pages if p not in rows], "a page of docs/ is missing from README's list"
     for page in ("README.md", "docs/models.md", "docs/data.md"):
         assert "examples/my_project/README.md)" in (REPO / page).read_text(), page
+
+
+def test_the_pages_name_every_strategy_whose_model_fit_runs_on_tf_keras():
+    """keras=auto picks tf-keras for Model.fit under some strategies; models.md and tracking.md list them all."""
+    strategies = [name for name in OPTIONS["strategy"]
+                  if keras_flavour(OmegaConf.create({"keras": "auto", "trainer": {"name": "fit"},
+                                                      "strategy": {"name": name}})) == "legacy"]
+    assert "central_storage" in strategies
+    for name in ("models.md", "tracking.md"):
+        text = " ".join((REPO / "docs" / name).read_text().split())
+        sentence = re.search(r"`keras=auto` picks [^)]*", text)
+        assert sentence, name
+        assert all(f"`{s}`" in sentence.group(0) for s in strategies), (name, sentence.group(0))
