@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 
+import yaml
+
 from tests.helpers import REPO, xpdist_env
 
 CONF = REPO / "conf"
@@ -29,3 +31,25 @@ def test_help_names_the_app_and_lists_every_group_and_option(tmp_path):
     for doc in ("docs/configuration.md", "docs/sweeps.md", "docs/clusters.md", "docs/tracking.md"):
         assert doc in out
     assert out.count("python -m xpdist ") >= 2  # the example commands
+
+
+def test_help_lists_each_groups_default_first_and_the_launchers_and_sweeper(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "xpdist", "--help"], cwd=tmp_path, env=xpdist_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    defaults = {}
+    for entry in yaml.safe_load((CONF / "config.yaml").read_text())["defaults"]:
+        if isinstance(entry, dict):
+            defaults.update({k: v for k, v in entry.items() if "/" not in k and not k.startswith("override")})
+    assert defaults.pop("recipe") is None  # a recipe is never chosen by default...
+    groups_part = out.split("Groups (", 1)[1].split("\n\n", 1)[0]
+    assert "default" in groups_part.splitlines()[0]
+    for group, default in defaults.items():
+        first = re.search(rf"^  {group} +([a-z_0-9]+)", groups_part, re.M)
+        assert first and first.group(1) == default, f"{group}: the default {default} is not listed first"
+    assert not re.search(r"^  recipe ", groups_part, re.M)  # ...so it is not listed under "default first"
+    assert re.search(r"recipe=NAME; none by default", out)
+    for launcher in sorted((CONF / "hydra" / "launcher").glob("*.yaml")):
+        assert f"hydra/launcher={launcher.stem}" in out
+    assert "hydra/sweeper=optuna" in out
