@@ -137,3 +137,13 @@ def test_the_pages_name_every_strategy_whose_model_fit_runs_on_tf_keras():
         sentence = re.search(r"`keras=auto` picks [^)]*", text)
         assert sentence, name
         assert all(f"`{s}`" in sentence.group(0) for s in strategies), (name, sentence.group(0))
+
+
+def test_recipes_are_listed_on_one_page():
+    """recipes.md is the one list of recipes (and the one rule for writing them); other pages link to it."""
+    for page in sorted((REPO / "docs").glob("*.md")):
+        if page.name == "recipes.md":
+            continue
+        tables = re.findall(r"^\| `?(\w+)`? \|.*`python -m xpdist recipe=\1`", page.read_text(), re.M)
+        assert not tables, f"{page.name} lists recipes of its own: {tables}; link to recipes.md"
+        assert "Writing a recipe" not in page.read_text(), page.name
