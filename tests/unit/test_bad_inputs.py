@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
 
 from tests.unit.unit_helpers import plain
 from xpdist.core.errors import ConfigError
@@ -83,6 +85,16 @@ CASES = [
     (["strategy=multi_worker_mirrored", "cluster=localhost", "cluster.max_restarts=-1"], "cluster.max_restarts"),
     (["strategy=parameter_server", "cluster=localhost", "cluster.ps=0"], "cluster.ps"),
     (["tracking.system_metrics_interval_s=0"], "tracking.system_metrics_interval_s"),
+    (["strategy=mirrored", "cross_ops=hierarchical", "cross_ops.num_packs=-1"], "cross_ops.num_packs"),
+    (["strategy=mirrored", "cross_ops=reduction_to_one_device", "cross_ops.reduce_to_device=/cpu:3"],
+     "cross_ops.reduce_to_device"),
+    (["strategy=multi_worker_mirrored", "cluster=localhost", "communication.timeout_seconds=0"],
+     "communication.timeout_seconds"),
+    # names MLflow refuses (it would, after the training)
+    (["tracking.register_model=bad/name:x"], "tracking.register_model"),
+    (["tracking.register_model=m", "tracking.model_alias=v1 bad"], "tracking.model_alias"),
+    (["tracking.register_model=m", "tracking.model_alias=v2"], "tracking.model_alias"),  # a version's name
+    (["tracking.experiment="], "tracking.experiment"),
     # combinations that cannot work
     (["cross_ops=hierarchical"], "cross_ops"),  # without strategy=mirrored
     (["communication=ring"], "communication"),  # without multi_worker_mirrored
@@ -162,12 +174,49 @@ _VALUE = st.one_of(st.integers(-5, 50), st.floats(-2, 2, allow_nan=False), st.bo
                    st.text(alphabet="abcxyz_-019.", min_size=1, max_size=6))
 
 
+# Where an accepted value of these keys shows in the plan that preflight returns.
+IN_THE_PLAN = {
+    "dataset.per_replica_batch_size": lambda plan: plan.per_replica_batch_size,
+    "trainer.steps_per_epoch": lambda plan: plan.steps_per_epoch,
+    "optimizer.learning_rate": lambda plan: plan.learning_rate,  # lr_scaling=none by default
+    "devices.logical_cpus": lambda plan: None,  # one replica under the default strategy, whatever the count
+}
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(key=st.sampled_from(sorted(TYPED_KEYS)), value=_VALUE)
 def test_any_value_of_any_key_runs_or_is_one_line(tmp_path, key, value):
-    """Either the config composes and passes preflight, or exactly one line that names the key."""
+    """Either exactly one line that names the key, or the value reaches the config (and the plan)
+    as typed: an accepted value is the user's, not something silently changed or dropped."""
     text = str(value).lower() if isinstance(value, bool) else str(value)
-    line = refusal(tmp_path, f"{key}={text}", "trainer.progress=false")
+    overrides = (f"{key}={text}", "trainer.progress=false")
+    line = refusal(tmp_path, *overrides)
     if line is not None:
         assert "\n" not in line and "Traceback" not in line, line
         assert key in line or key.split(".")[-1] in line, line
+        return
+    cfg = plain(*overrides)
+    plan = preflight.check(cfg, tmp_path)
+    kept = OmegaConf.select(cfg, key)
+    typed = OverridesParser.create().parse_override(overrides[0]).value()  # the value as Hydra reads it
+    assert isinstance(kept, TYPED_KEYS[key]), (key, text, kept)
+    if TYPED_KEYS[key] is str:
+        assert kept == str(typed), (key, text, kept)  # `false` reads as a bool: the string is 'False'
+    elif TYPED_KEYS[key] is bool:  # OmegaConf's rule: a number is true unless 0
+        expected = typed.lower() in ("true", "yes", "on", "y") if isinstance(typed, str) else bool(typed)
+        assert kept == expected, (key, text, kept)
+    else:
+        assert kept == pytest.approx(float(typed)), (key, text, kept)
+    shown = IN_THE_PLAN.get(key, lambda plan: None)(plan)
+    assert shown is None or shown == pytest.approx(kept), (key, text, shown)
+
+
+def test_an_accepted_value_is_the_one_that_runs(tmp_path):
+    """The fixed-example counterpart of the property: values at the edge of what is allowed."""
+    cfg = plain("dataset.validation_split=0", "trainer.keep_checkpoints=0", "strategy=mirrored",
+                "devices.logical_cpus=2", "dataset.per_replica_batch_size=5", "cross_ops=hierarchical",
+                "cross_ops.num_packs=0")
+    plan = preflight.check(cfg, tmp_path)
+    assert (plan.num_val, plan.validation_steps) == (0, 0)
+    assert (plan.num_replicas, plan.global_batch_size) == (2, 10) and plan.cross_ops == "hierarchical"
+    assert cfg.trainer.keep_checkpoints == 0 and cfg.cross_ops.num_packs == 0
