@@ -16,10 +16,11 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from xpdist.core.errors import ConfigError
 from xpdist.core.schema import register_configs
-from xpdist.driver import config_errors, job, standby, sweep
+from xpdist.driver import check, config_errors, job, standby, sweep
 from xpdist.driver.launchers import process
 from xpdist.driver.tuning.space import quote_params_overrides
 from xpdist.tracking import store
@@ -35,6 +36,8 @@ class _State:
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
 def main(cfg: DictConfig) -> job.JobResult:
     hc = HydraConfig.get()
+    if check.enabled():  # --check: the checks and the plan, no run (driver/check.py)
+        return _check_only(cfg, Path(hc.runtime.cwd))
     multirun = hc.mode == RunMode.MULTIRUN
     standby.keep_if(cfg.cluster.name == "local" and not cfg.verbose)
     ctx = job.JobContext(launch_dir=Path(hc.runtime.cwd), job_dir=Path(hc.runtime.output_dir),
@@ -62,6 +65,16 @@ def main(cfg: DictConfig) -> job.JobResult:
     if not result.ok:
         _State.exit_code = 2 if result.status == "REJECTED" else 1
     return result
+
+
+def _check_only(cfg: DictConfig, launch_dir: Path) -> job.JobResult:
+    try:
+        check.run(OmegaConf.create(job.plain_config(cfg)), launch_dir)
+    except ConfigError as err:
+        print(f"xpdist: error: {err}", file=sys.stderr)
+        _State.exit_code = 2
+        return job.JobResult(status="REJECTED", error=str(err))
+    return job.JobResult(status="CHECKED")
 
 
 def _scheduled(hc) -> bool:
@@ -112,7 +125,11 @@ def register_plugins() -> None:
 def cli() -> None:
     register_configs()
     register_plugins()
-    sys.argv[1:] = quote_params_overrides(sys.argv[1:])
+    try:
+        sys.argv[1:] = check.take_flag(quote_params_overrides(sys.argv[1:]))
+    except ConfigError as err:
+        print(f"xpdist: error: {err}", file=sys.stderr)
+        _exit_now(2)
     # Hydra prints its compose errors over several lines and exits 1; told to raise them
     # (HYDRA_FULL_ERROR, which only Hydra reads), it lets them reach the handler below, which
     # prints one line and exits 2 like every bad config. A user's own HYDRA_FULL_ERROR=1

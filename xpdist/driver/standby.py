@@ -34,9 +34,9 @@ from xpdist.driver import spawn
 
 ENABLE_ENV = "XPDIST_STANDBY"
 
-# Arguments after which Hydra prints something instead of running jobs.
+# Arguments after which Hydra (or xpdist's --check) prints something instead of running jobs.
 _NO_RUN_FLAGS = {"-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "-i", "--info", "-sc",
-                 "--shell-completion", "-p", "--package", "--resolve"}
+                 "--shell-completion", "-p", "--package", "--resolve", "--check"}
 
 
 class _State:
