@@ -1,6 +1,7 @@
 """`python -m xpdist` and the `xpdist` command: the driver (xpdist/driver/main.py).
 
 The standby task starts here, before Hydra is imported (xpdist/driver/standby.py).
+`python -m xpdist docs [PAGE]` prints where the documentation is (xpdist/core/docs.py).
 """
 
 import sys
@@ -9,6 +10,10 @@ from xpdist.driver import standby
 
 
 def cli() -> None:
+    if sys.argv[1:2] == ["docs"]:  # `python -m xpdist docs [PAGE]`: where the documentation is
+        from xpdist.core import docs
+
+        sys.exit(docs.cli(sys.argv[2:]))
     standby.start(sys.argv[1:])
     try:
         from xpdist.driver import main  # after the standby task's start: importing Hydra takes 0.25 s
