@@ -6,18 +6,22 @@ task process(es); it never imports TensorFlow.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 import shutil
 import signal
 import sys
 from pathlib import Path
+from typing import Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from xpdist.api import RESULT_FILE_ENV
 from xpdist.core.errors import ConfigError
 from xpdist.core.schema import register_configs
 from xpdist.driver import check, config_errors, job, standby, sweep
@@ -55,6 +59,8 @@ def main(cfg: DictConfig) -> job.JobResult:
             return err.result
         if multirun:
             sweep.interrupted(ctx, str(err))
+        else:
+            _write_result(getattr(err, "result", None))
         print(f"xpdist: interrupted by {err}; run closed as KILLED", file=sys.stderr)
         sys.exit(130)
     if result.status == "REJECTED":
@@ -64,7 +70,16 @@ def main(cfg: DictConfig) -> job.JobResult:
         job.print_summary(result, ctx.tracking_uri or _uri(cfg, ctx))
     if not result.ok:
         _State.exit_code = 2 if result.status == "REJECTED" else 1
+    if not multirun:
+        _write_result(result)
     return result
+
+
+def _write_result(result: Optional[job.JobResult]) -> None:
+    """A single run's outcome, for xpdist.run() (xpdist/api.py), where it asks for one."""
+    path = os.environ.get(RESULT_FILE_ENV)
+    if path and result is not None:
+        Path(path).write_text(json.dumps(dataclasses.asdict(result)))
 
 
 def _check_only(cfg: DictConfig, launch_dir: Path) -> job.JobResult:
