@@ -10,7 +10,7 @@ import pytest
 
 from tests.unit.test_bad_inputs import refusal
 from xpdist.core import docs
-from xpdist.driver.config_errors import did_you_mean
+from xpdist.core.errors import did_you_mean
 
 
 @pytest.mark.parametrize("overrides, suggestion", [

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from typing import Iterable
+
 
 class ConfigError(ValueError):
     """A config that cannot run, caught before any training starts.
@@ -21,3 +24,15 @@ class ConfigError(ValueError):
 
 class TaskError(RuntimeError):
     """A task process failed; the message is the task's own one-line account."""
+
+
+def did_you_mean(word: str, known: Iterable[str], prefix: str = "") -> str:
+    """The hint ' Did you mean <prefix><nearest>?' for the known name nearest to word (difflib), or ''.
+
+    Args:
+        word: what was typed, e.g. "mirrord".
+        known: the names it could have been.
+        prefix: put before the suggestion, so that it reads as something to type (strategy=).
+    """
+    nearest = difflib.get_close_matches(str(word), list(known), n=1)
+    return f" Did you mean {prefix}{nearest[0]}?" if nearest else ""

@@ -10,16 +10,16 @@ wrong type is told what the key takes, in xpdist's words rather than OmegaConf's
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import enum
 import re
 import typing
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
 from xpdist.core import docs
+from xpdist.core.errors import did_you_mean
 from xpdist.core.schema import SCHEMA_PREFIX
 
 # Hydra's own errors about a bad config: a missing option, a bad key or value, a bad override.
@@ -55,18 +55,6 @@ def _missing_option(err: MissingConfigException) -> str:
     options = [o for o in err.options if not o.startswith(SCHEMA_PREFIX)]
     return (f"{group}={option}: there is no such {group} option.{did_you_mean(option, options, f'{group}=')} "
             f"Use one of: {', '.join(options)}.")
-
-
-def did_you_mean(word: str, known: Iterable[str], prefix: str = "") -> str:
-    """" Did you mean <prefix><nearest>?" for the known name nearest to word, or "" when none is near.
-
-    Args:
-        word: what was typed, e.g. "mirrord".
-        known: the names it could have been.
-        prefix: put before the suggestion, so that it reads as something to type (strategy=).
-    """
-    nearest = difflib.get_close_matches(str(word), list(known), n=1)
-    return f" Did you mean {prefix}{nearest[0]}?" if nearest else ""
 
 
 def _unknown_key(err: Exception, cause) -> str:
