@@ -35,4 +35,12 @@ elif [ "${#missing[@]}" -gt 0 ]; then
   echo "scripts/test.sh: ${missing[*]} missing and no apt-get with root: their tests will skip"
 fi
 
-exec python -m pytest "$@"
+# Both cores (or more): tests run in pytest-xdist workers, a test file per worker at a time so
+# that a module's shared runs are made once (--dist loadfile). `-n 0` runs in one process;
+# an explicit -n or --dist of the caller wins.
+parallel=(-n "${XPDIST_TEST_WORKERS:-auto}" --dist loadfile)
+for arg in "$@"; do
+  case "$arg" in -n|-n[0-9]*|-nauto|--numprocesses*|--dist*|no:xdist) parallel=() ;; esac
+done
+lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1 | sed 's/^/scripts\/test.sh: CPU: /'
+exec python -m pytest "${parallel[@]}" "$@"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import platform
 from pathlib import Path
 
 import pytest
@@ -13,3 +15,53 @@ from tests.helpers import Xpdist
 def xpdist(tmp_path: Path) -> Xpdist:
     """`python -m xpdist` in tmp_path, its MLflow store tmp_path/mlflow.db."""
     return Xpdist(tmp_path)
+
+
+# Each test's tier, for the totals printed at the end: the first marker of this list it has.
+TIERS = ("browser", "slurm", "netns", "postgres", "cluster", "slow")
+# A test longer than this (setup, call and teardown) is named at the end; such a test needs
+# its reason in a comment (docs/contributing.md).
+LONG_TEST_S = 60.0
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Prints the seconds spent per tier and the tests over LONG_TEST_S.
+
+    Seconds are summed over tests: with several xdist workers they add up to more than the
+    wall time. The CPU model goes beside them, since machines of one kind differ up to 3x.
+    """
+    per_test: dict = {}
+    tiers: dict = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) not in ("setup", "call", "teardown"):
+                continue
+            per_test[report.nodeid] = per_test.get(report.nodeid, 0.0) + report.duration
+            tiers[report.nodeid] = next((t for t in TIERS if t in report.keywords), "fast")
+    if not per_test:
+        return
+    totals: dict = {}
+    for nodeid, seconds in per_test.items():
+        totals[tiers[nodeid]] = totals.get(tiers[nodeid], 0.0) + seconds
+    write = terminalreporter.write_line
+    terminalreporter.section("seconds per tier (summed over tests)")
+    write(f"CPU: {_cpu_model()}, {os.cpu_count()} logical CPUs")
+    for tier in ("fast", *reversed(TIERS)):
+        if tier in totals:
+            write(f"{tier:>9}: {totals[tier]:7.1f} s")
+    long = sorted(((s, n) for n, s in per_test.items() if s > LONG_TEST_S), reverse=True)
+    for seconds, nodeid in long:
+        write(f"over {LONG_TEST_S:.0f} s: {seconds:6.1f} s {nodeid}")
+
+
+def _cpu_model() -> str:
+    """The CPU's model name, and whether it has the bf16 kernels that make it about 3x faster."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "unknown"
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    name = fields.get("model name\t", "unknown").strip()
+    flags = set(fields.get("flags\t\t", "").split())
+    fast = [flag for flag in ("amx_bf16", "avx512_bf16") if flag in flags]
+    return f"{name} ({', '.join(fast) if fast else 'no amx_bf16 or avx512_bf16'})"

@@ -3,9 +3,13 @@ fast tier never imports TensorFlow)."""
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Dict
 
 import numpy as np
 
@@ -27,11 +31,23 @@ for shard in range(shards):
 """
 
 
+# Shards already written in this test process, by (shards, per_shard, seed): writing costs a
+# TensorFlow import in a subprocess (seconds), copying them costs nothing.
+_WRITTEN: Dict[tuple, Path] = {}
+
+
 def write_tfrecords(prefix: Path, shards: int = 4, per_shard: int = 64, seed: int = 0) -> None:
     """Writes <prefix>-<i>.tfrecord: tf.train.Example with x (8 floats) and label (0 or 1)."""
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-c", _WRITER, str(prefix), str(shards), str(per_shard), str(seed)],
-                   check=True, capture_output=True)
+    key = (shards, per_shard, seed)
+    if key not in _WRITTEN:
+        made = Path(tempfile.mkdtemp(prefix="xpdist-tfrecords-"))
+        atexit.register(shutil.rmtree, made, True)
+        subprocess.run([sys.executable, "-c", _WRITER, str(made / "data"), str(shards), str(per_shard), str(seed)],
+                       check=True, capture_output=True)
+        _WRITTEN[key] = made / "data"
+    for shard in range(shards):
+        shutil.copyfile(f"{_WRITTEN[key]}-{shard}.tfrecord", f"{prefix}-{shard}.tfrecord")
 
 
 def write_image_folder(root: Path, classes=("cat", "dog"), per_class: int = 24, size: int = 12) -> None:

@@ -15,8 +15,11 @@ from typing import List, Sequence
 import portpicker
 
 REPO = Path(__file__).resolve().parents[1]
-# Small enough to train in seconds on 2 CPU cores.
-TINY = ["trainer.epochs=2", "trainer.progress=false"]
+# Small enough to train in seconds on 2 CPU cores. No MLflow model: writing it costs about a
+# CPU-second a run (pyfunc, pandas); the tests that read the model or its weights ask for it
+# with LOG_MODEL (test_strategies checks the export under every strategy and trainer).
+TINY = ["trainer.epochs=2", "trainer.progress=false", "tracking.log_model=false"]
+LOG_MODEL = "tracking.log_model=true"
 
 
 def xpdist_env(extra: dict | None = None) -> dict:

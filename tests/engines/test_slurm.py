@@ -15,7 +15,7 @@ from typing import List
 
 import pytest
 
-from tests.helpers import TINY, Xpdist
+from tests.helpers import LOG_MODEL, TINY, Xpdist
 from tests.engines.conftest import slurm_client_env
 from tests.integration.test_cluster import weights
 
@@ -66,7 +66,7 @@ def assert_no_step_left(slurm_env, settle_s: float = 30.0) -> None:
 @pytest.mark.parametrize("trainer", ["fit"])
 def test_multi_worker_mirrored_under_srun_matches_one_device(xpdist, slurm_env, tmp_path, trainer):
     common = [f"trainer={trainer}", "model=mlp", "model.hidden_units=[8]", "dataset.num_features=4",
-              "dataset.noise=0.5", "seed=7"]
+              "dataset.noise=0.5", "seed=7", LOG_MODEL]
     out = tmp_path / "slurm"
     done = srun(xpdist, slurm_env, 2, out, "strategy=multi_worker_mirrored", "communication=ring", *common,
                 "dataset.per_replica_batch_size=5")

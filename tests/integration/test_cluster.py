@@ -20,7 +20,7 @@ from typing import List, Set
 import psutil
 import pytest
 
-from tests.helpers import TINY, Xpdist, xpdist_env
+from tests.helpers import LOG_MODEL, TINY, Xpdist, xpdist_env
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir
 from xpdist.core.clusterenv import check_tf_config
@@ -163,7 +163,7 @@ def test_multi_worker_mirrored_matches_one_device(xpdist, tmp_path, trainer):
     The 2-worker run is also checked as a user sees it: its params, epochs and task logs.
     """
     common = [f"trainer={trainer}", "model=mlp", "model.hidden_units=[8]", "dataset.num_features=4",
-              "dataset.noise=0.5", "seed=7"]
+              "dataset.noise=0.5", "seed=7", LOG_MODEL]
     mwms = tmp_path / "mwms"
     done = xpdist.run(*MWMS, *common, "communication=ring", "dataset.per_replica_batch_size=5",
                       f"hydra.run.dir={mwms}", timeout=400)

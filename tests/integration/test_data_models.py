@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers import LOG_MODEL
 from tests.integration.harness import describe, run_many, store_template
 
 pytestmark = pytest.mark.slow
 
 EPOCHS = 2
-RUNS = {
+RUNS = {name: [*overrides, LOG_MODEL] for name, overrides in {
     # The default strategy, a conv net on the bundled digits, and loss every 2 steps as well.
     "digits-cnn-fit": ["dataset=digits", "model=cnn", "model.filters=[4,8]", "trainer.steps_per_epoch=4",
                        "trainer.log_every_n_steps=2"],
@@ -20,7 +21,7 @@ RUNS = {
     # A file of arrays next to where the command runs, and a model from a dotted path.
     "npz-custom-fit": ["dataset=npz", "dataset.path=data/arrays.npz", "dataset.validation_split=0.2",
                        "dataset.per_replica_batch_size=16", "model=custom", "+model.kwargs.units=8"],
-}
+}.items()}
 
 
 def write_npz(name, workdir):

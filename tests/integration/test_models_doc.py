@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from tests.helpers import xpdist_env
+from tests.helpers import LOG_MODEL, xpdist_env
 from tests.integration.harness import describe, run_many, store_template
 
 pytestmark = pytest.mark.slow
 
-COMMON = ["dataset=digits", "model=mlp", "model.hidden_units=[16]", "trainer.epochs=1"]
+COMMON = ["dataset=digits", "model=mlp", "model.hidden_units=[16]", "trainer.epochs=1", LOG_MODEL]
 RUNS = {"legacy": COMMON + ["keras=legacy"], "keras3": COMMON + ["keras=keras3"]}
 # The docs' loading code, in a fresh process per Keras (TensorFlow picks its Keras once, at import).
 PREDICT = """

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 import yaml
 
+from tests.helpers import LOG_MODEL
 from tests.integration.harness import describe, git_checkout, run_many, store_template
 from xpdist.tracking.params import SUMMARY_PARAMS
 
 pytestmark = pytest.mark.slow
 
-COMMON = ["seed=7", "dataset.noise=0.1", "dataset.num_examples=64", "trainer.epochs=2"]
+COMMON = ["seed=7", "dataset.noise=0.1", "dataset.num_examples=64", "trainer.epochs=2", LOG_MODEL]
 EPOCHS = 2
 # name -> (overrides, expected summary params that differ from one run to another)
 RUNS = {

@@ -4,6 +4,7 @@ started, and that a standby no job takes is ended."""
 from __future__ import annotations
 
 import os
+import time
 
 import psutil
 import pytest
@@ -32,7 +33,7 @@ def test_xpdist_standby_0_turns_it_off(monkeypatch):
 def test_a_standby_no_job_takes_is_ended():
     standby.start(["strategy=mirrored"])
     proc = standby._State.proc
-    assert proc is not None and psutil.Process(proc.pid).cmdline()[-1] == "--standby"
+    assert proc is not None and _cmdline(proc.pid)[-1] == "--standby"
     standby.keep_if(True)
     assert proc.poll() is None
     standby.keep_if(False)  # e.g. cluster=localhost: its tasks are started with their TF_CONFIG
@@ -58,3 +59,11 @@ def test_a_standby_that_died_is_not_handed_the_job():
     proc.kill()
     proc.wait()
     assert standby.claim(["job"], dict(os.environ)) is None
+
+
+def _cmdline(pid: int) -> list:
+    """The process's command line; empty for a moment after its fork, under load."""
+    deadline = time.monotonic() + 10
+    while not (found := psutil.Process(pid).cmdline()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return found
