@@ -3,17 +3,32 @@
 from __future__ import annotations
 
 import os
+import shutil
 import platform
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import Xpdist
+from tests.helpers import Xpdist, store_template
 
 
 @pytest.fixture
 def xpdist(tmp_path: Path) -> Xpdist:
-    """`python -m xpdist` in tmp_path, its MLflow store tmp_path/mlflow.db."""
+    """`python -m xpdist` in tmp_path, its MLflow store tmp_path/mlflow.db (created by the CLI)."""
+    return Xpdist(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def migrated_store(tmp_path_factory) -> Path:
+    """One empty, migrated MLflow store per test process, for the tiers that train to copy."""
+    return store_template(tmp_path_factory.mktemp("store-template"))
+
+
+def xpdist_with_store(request, tmp_path: Path) -> Xpdist:
+    """Xpdist in tmp_path with a copy of the migrated store in place, unless the test is
+    marked new_store (it checks what the CLI does to a store it creates, or that it creates none)."""
+    if request.node.get_closest_marker("new_store") is None:
+        shutil.copy(request.getfixturevalue("migrated_store"), tmp_path / "mlflow.db")
     return Xpdist(tmp_path)
 
 

@@ -56,6 +56,16 @@ class Xpdist:
         return [] if exp is None else client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
 
 
+def store_template(directory: Path) -> Path:
+    """An empty, migrated MLflow SQLite store to copy into each run's directory: the CLI then
+    opens it (about 1 s) instead of creating it (about 3 s of schema migrations)."""
+    from mlflow.tracking import MlflowClient
+
+    directory.mkdir(parents=True, exist_ok=True)
+    MlflowClient(tracking_uri=f"sqlite:///{directory / 'mlflow.db'}").search_experiments()
+    return directory / "mlflow.db"
+
+
 def compose(overrides: Sequence[str] = (), config_name: str = "config"):
     """Composes the real config (no TensorFlow, no subprocess)."""
     from hydra import compose as hydra_compose, initialize_config_dir

@@ -17,6 +17,8 @@ from typing import Dict, Optional
 
 import pytest
 
+from tests.conftest import xpdist_with_store
+from tests.helpers import Xpdist
 from tests.services import (
     SCRIPTS,
     ServiceUnavailable,
@@ -32,6 +34,12 @@ def _start(stack: contextlib.ExitStack, cm):
         return stack.enter_context(cm)
     except ServiceUnavailable as err:
         pytest.skip(str(err))
+
+
+@pytest.fixture
+def xpdist(request, tmp_path) -> Xpdist:
+    """`python -m xpdist` in tmp_path, with a migrated store in place (see xpdist_with_store)."""
+    return xpdist_with_store(request, tmp_path)
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import pytest
 
-from tests.helpers import TINY, xpdist_env
+from tests.helpers import LOG_MODEL, TINY, xpdist_env
 
 pytestmark = [pytest.mark.netns, pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(900)]
 PORT = 2222  # every namespace has its own ports
@@ -47,7 +47,7 @@ class Cluster:
             work = self.workdir(kind, index)
             work.mkdir()
             env = xpdist_env({"TF_CONFIG": json.dumps({"cluster": self.spec, "task": {"type": kind, "index": index}})})
-            argv = [sys.executable, "-m", "xpdist", *TINY, *overrides, "cluster=tf_config",
+            argv = [sys.executable, "-m", "xpdist", *TINY, LOG_MODEL, *overrides, "cluster=tf_config",
                     f"tracking.uri={self.uri}", f"tracking.experiment={self.experiment}", f"hydra.run.dir={work}/out"]
             self.procs[f"{kind}:{index}"] = subprocess.Popen(
                 host.exec_argv(argv), cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from tests.helpers import TINY, xpdist_env
+from tests.helpers import LOG_MODEL, TINY, xpdist_env
 from tests.services import free_port
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -36,11 +36,12 @@ def epochs(client, run, key: str = "loss"):
     return [m.step for m in client.get_metric_history(run.info.run_id, key)]
 
 
+@pytest.mark.new_store
 def test_parallel_sweep_loses_nothing(xpdist, tracking):
     """Three jobs at once (the parallel launcher) log through one server: every run, param,
     metric and artifact, and nothing into a local store."""
     name = experiment()
-    done = xpdist.run("hydra/launcher=local_parallel", "hydra.launcher.n_jobs=3", "seed=1,2,3",
+    done = xpdist.run("hydra/launcher=local_parallel", "hydra.launcher.n_jobs=3", "seed=1,2,3", LOG_MODEL,
                       f"tracking.uri={tracking.uri}", f"tracking.experiment={name}", multirun=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     client, runs = runs_of(tracking.uri, name)
@@ -67,6 +68,7 @@ def test_postgresql_uri_without_a_server(xpdist, pg_uri):
     assert epochs(client, runs[0]) == [1, 2]
 
 
+@pytest.mark.new_store
 def test_unreachable_server_is_one_line_and_nothing_is_created(xpdist):
     uri = f"http://127.0.0.1:{free_port()}"
     done = xpdist.run(f"tracking.uri={uri}", timeout=120)

@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 
-from tests.helpers import Xpdist
+from tests.helpers import Xpdist, store_template  # noqa: F401  (store_template: for the tests)
 
 JOBS = int(os.environ.get("XPDIST_TEST_JOBS", "2"))
 
@@ -67,14 +67,6 @@ def keras_file_weights(path: Path) -> List[np.ndarray]:
             h5.visititems(keep)
     return [found[k] for k in sorted(found)]
 
-
-def store_template(directory: Path) -> Path:
-    """An empty, migrated MLflow SQLite store to copy into each run's directory."""
-    from mlflow.tracking import MlflowClient
-
-    directory.mkdir(parents=True, exist_ok=True)
-    MlflowClient(tracking_uri=f"sqlite:///{directory / 'mlflow.db'}").search_experiments()
-    return directory / "mlflow.db"
 
 
 def run_many(root: Path, template: Optional[Path], commands: Dict[str, Sequence[str]], timeout: float = 420,

@@ -32,6 +32,7 @@ def test_a_job_that_will_be_rejected_is_reported_before_the_first_job_trains(xpd
     assert runs["1"].info.status == "FAILED" and runs["1"].data.tags["xpdist.error"].startswith(REJECTED)
 
 
+@pytest.mark.new_store
 def test_a_sweep_into_a_file_store_is_refused_before_it_starts(xpdist, tmp_path):
     proc = xpdist.run("strategy=mirrored,one_device", f"tracking.uri={(tmp_path / 'mlruns').as_uri()}",
                       multirun=True, timeout=120)

@@ -12,6 +12,7 @@ import json
 import os
 from typing import Dict, List, Mapping, Optional
 
+from xpdist.core import strategies
 from xpdist.core.errors import ConfigError
 
 # Job names TF_CONFIG may use.
@@ -128,8 +129,9 @@ def check_tf_config(raw: Optional[str], strategy: str) -> dict:
     jobs = spec["cluster"].get(kind, [])
     if not isinstance(index, int) or not 0 <= index < len(jobs):
         raise bad(f"task index {index} is out of range: cluster.{kind} has {len(jobs)} address(es)")
-    if strategy == "parameter_server":
-        for needed in ("chief", "worker", "ps"):
+    needs = strategies.get(strategy).needs
+    if needs.coordinator:  # a coordinator dispatches to every job it needs: each must be there
+        for needed in needs.jobs:
             if not spec["cluster"].get(needed):
-                raise bad(f"parameter_server needs a '{needed}' job in cluster (the chief runs the coordinator)")
+                raise bad(f"{strategy} needs a '{needed}' job in cluster (the chief runs the coordinator)")
     return spec

@@ -7,28 +7,20 @@ starts; the task process checks that TensorFlow agrees with it (replicas, device
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-import os
-import re
-import shutil
-import subprocess
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
-from xpdist.core import datafiles
+from xpdist.core import datafiles, strategies
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.datafiles import resolve_path
+# Re-exported: they lived here, and tests still reach them as plan.gpu_count (its cache_clear)
+from xpdist.core.devices import gpu_count, local_devices, parse_device  # noqa: F401
 from xpdist.core.errors import ConfigError
 
-# Strategies that run one process; the others need a cluster.
-SINGLE_PROCESS = ("default", "one_device", "mirrored", "central_storage", "tpu")
-MULTI_WORKER = ("multi_worker_mirrored", "parameter_server")
 # Size of the data sets whose size is not in the config.
 FIXED_SIZES = {"digits": 1797, "mnist": 60000}
-
-_DEVICE = re.compile(r"^(?:/job:\w+/replica:\d+/task:\d+)?/?(?:device:)?(cpu|gpu|tpu):(\d+)$", re.I)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,51 +46,16 @@ class Plan:
     steps_per_execution: int = 1
 
 
-@functools.lru_cache(maxsize=1)
-def gpu_count() -> int:
-    """GPUs visible to TensorFlow, counted without importing it (nvidia-smi)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip() in ("", "-1"):
-        return 0
-    if not shutil.which("nvidia-smi"):
-        return 0
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    count = sum(1 for line in out.splitlines() if line.startswith("GPU "))
-    if visible:
-        count = min(count, len([v for v in visible.split(",") if v.strip()]))
-    return count
-
-
-def parse_device(name: str) -> Optional[tuple]:
-    """'/gpu:1', 'GPU:1' or a full device name -> ('gpu', 1); None if it is not one."""
-    match = _DEVICE.match(name.strip())
-    return (match.group(1).lower(), int(match.group(2))) if match else None
-
-
-def local_devices(cfg) -> List[str]:
-    """strategy.devices (one_device, mirrored, central_storage), else every GPU, else every logical CPU."""
-    if cfg.strategy.get("devices"):
-        return list(cfg.strategy.devices)
-    gpus = gpu_count()
-    if gpus:
-        return [f"/gpu:{i}" for i in range(gpus)]
-    return [f"/cpu:{i}" for i in range(max(1, cfg.devices.logical_cpus))]
-
-
 def keras_flavour(cfg) -> str:
-    """keras3 or legacy (tf-keras): auto picks tf-keras where Keras 3's Model.fit cannot train,
-    or reports wrong metrics (under central_storage; the weights are right)."""
+    """keras3 or legacy (tf-keras): keras=auto asks the strategy which one its trainer needs
+    (tf-keras where Keras 3's Model.fit cannot train, or reports wrong metrics)."""
     if cfg.keras != "auto":
         return cfg.keras
-    needs_legacy = cfg.trainer.name == "fit" and cfg.strategy.name in MULTI_WORKER + ("central_storage",)
-    return "legacy" if needs_legacy else "keras3"
+    return strategies.of(cfg).keras_flavour(cfg.trainer.name)
 
 
 def num_workers(cfg) -> int:
-    if cfg.strategy.name not in MULTI_WORKER or cfg.cluster.name == "local":
+    if not strategies.of(cfg).needs.multi_process or cfg.cluster.name == "local":
         return 1
     if cfg.cluster.name == "localhost":
         return cfg.cluster.workers
@@ -106,14 +63,7 @@ def num_workers(cfg) -> int:
 
 
 def replicas(cfg, devices: List[str], workers: int) -> int:
-    name = cfg.strategy.name
-    if name in ("mirrored", "central_storage"):
-        return len(devices)
-    if name == "multi_worker_mirrored":
-        return workers * max(1, gpu_count())
-    if name == "parameter_server":
-        return max(1, gpu_count())
-    return 1
+    return strategies.of(cfg).replicas(cfg, devices, workers)
 
 
 def dataset_size(cfg, launch_dir: Path) -> int:
@@ -204,13 +154,14 @@ def make_plan(cfg, launch_dir: Path) -> Plan:
     n_train, n_val = split_sizes(cfg, launch_dir, global_batch)
     n = n_train + n_val
     steps = cfg.trainer.steps_per_epoch or n_train // global_batch
+    spec = strategies.of(cfg)
     fields: Dict[str, Any] = dict(
-        strategy=cfg.strategy.name,
-        cross_ops=cfg.cross_ops.name if cfg.strategy.name == "mirrored" else "none",
-        communication=cfg.communication.name if cfg.strategy.name == "multi_worker_mirrored" else "none",
+        strategy=spec.name,
+        # A tuning group the strategy does not use is "none": it changed nothing.
+        **{group: cfg[group].name if group in spec.applies_to else "none" for group in strategies.TUNING_GROUPS},
         cluster=cfg.cluster.name,
         keras=keras_flavour(cfg),
-        devices=devices if cfg.strategy.name not in ("default",) else [],
+        devices=devices if spec.uses_devices else [],
         num_workers=workers,
         num_replicas=n_replicas,
         per_replica_batch_size=per_replica,
@@ -242,7 +193,7 @@ def steps_per_execution(cfg, steps_per_epoch: int, num_replicas: int) -> int:
     """
     if cfg.trainer.steps_per_execution is not None:
         return int(cfg.trainer.steps_per_execution)
-    if cfg.model.name not in DENSE_ONLY or num_replicas > 1 or cfg.strategy.name not in ("default", "one_device"):
+    if cfg.model.name not in DENSE_ONLY or num_replicas > 1 or not strategies.of(cfg).auto_steps_per_execution:
         return 1
     limit = min(MAX_AUTO_STEPS_PER_EXECUTION, max(1, steps_per_epoch))
     return max(d for d in range(1, limit + 1) if steps_per_epoch % d == 0)
@@ -263,7 +214,7 @@ RESOLVED_BY_TASK = ("num_replicas", "global_batch_size", "learning_rate")
 
 def resolved_at_run_time(plan: Plan) -> bool:
     """Whether the replica count (and what follows from it) is only known in the task."""
-    return plan.strategy == "tpu"
+    return strategies.get(plan.strategy).replicas_at_run_time
 
 
 def with_replicas(cfg, plan: Plan, num_replicas: int) -> Plan:

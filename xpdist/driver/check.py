@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import List
 
 from xpdist.core import plan as planning
+from xpdist.core import strategies
 from xpdist.core.errors import ConfigError
 from xpdist.driver import preflight
 from xpdist.tracking import store
@@ -75,8 +76,8 @@ def run(cfg, launch_dir: Path, out=sys.stdout) -> planning.Plan:
 
 def describe(cfg, plan: planning.Plan, uri: str) -> List[str]:
     """The plan in a few lines: what would run, with how many replicas and which numbers."""
-    options = [f"cross_ops={plan.cross_ops}"] if plan.strategy == "mirrored" else []
-    options += [f"communication={plan.communication}"] if plan.strategy == "multi_worker_mirrored" else []
+    applied = strategies.get(plan.strategy).applies_to
+    options = [f"{group}={getattr(plan, group)}" for group in strategies.TUNING_GROUPS if group in applied]
     if planning.resolved_at_run_time(plan):
         replicas = "decided by TensorFlow once the TPU is found"
         batch = f"{plan.per_replica_batch_size} per replica x the TPU's replicas"
@@ -105,8 +106,9 @@ def _where(cfg, plan: planning.Plan) -> str:
     if cluster == "local":
         return "cluster=local: one task process on this machine"
     if cluster == "localhost":
-        ps = cfg.cluster.ps if plan.strategy == "parameter_server" else 0
-        chief = " a chief," if plan.strategy == "parameter_server" else ""
+        needs = strategies.get(plan.strategy).needs
+        ps = cfg.cluster.ps if needs.has_ps else 0
+        chief = " a chief," if "chief" in needs.jobs else ""
         return (f"cluster=localhost:{chief} {cfg.cluster.workers} worker(s)"
                 f"{f' and {ps} parameter server(s)' if ps else ''}, each a process on 127.0.0.1")
     if cluster == "slurm":

@@ -7,8 +7,6 @@ config leaves nothing behind.
 from __future__ import annotations
 
 import os
-import socket
-import sys
 import urllib.error
 import urllib.request
 from importlib.metadata import entry_points
@@ -16,16 +14,13 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from xpdist.core import plan as planning
-from xpdist.core import schema
+from xpdist.core import schema, strategies
 from xpdist.core.clusterenv import check_tf_config, slurm_tasks
 from xpdist.core.errors import ConfigError
 from xpdist.driver import data_checks, strategy_checks
 from xpdist.tracking import names
 
 MULTI_PROCESS_CLUSTERS = ("localhost", "tf_config", "slurm")
-# Strategies whose replicas are devices of one process: XLA cannot compile a step whose
-# variables live on several of them.
-ONE_PROCESS_REPLICAS = ("mirrored", "central_storage")
 
 
 def check(cfg, launch_dir: Path) -> planning.Plan:
@@ -56,75 +51,35 @@ def check(cfg, launch_dir: Path) -> planning.Plan:
 
 
 def _check_strategy_options(cfg) -> None:
-    strategy = cfg.strategy.name
-    if cfg.cross_ops.name != "auto" and strategy != "mirrored":
-        raise ConfigError(
-            "cross_ops", cfg.cross_ops.name, f"cross-device ops apply to strategy=mirrored only, not strategy={strategy}",
-            "Drop the override or use strategy=mirrored.")
-    if cfg.communication.name != "auto" and strategy != "multi_worker_mirrored":
-        raise ConfigError(
-            "communication", cfg.communication.name,
-            f"communication options apply to strategy=multi_worker_mirrored only, not strategy={strategy}",
-            "Drop the override or use strategy=multi_worker_mirrored.")
+    spec = strategies.of(cfg)
+    for group, what in strategies.TUNING_GROUPS.items():
+        if cfg[group].name != "auto" and group not in spec.applies_to:
+            tuned = " or ".join(strategies.names_where(lambda other: group in other.applies_to))
+            raise ConfigError(group, cfg[group].name, f"{what} apply to strategy={tuned} only, not strategy={spec.name}",
+                              f"Drop the override or use strategy={tuned}.")
     for key in ("cross_ops", "communication"):
         if cfg[key].name == "nccl" and planning.gpu_count() == 0:
             alternative = "auto or hierarchical" if key == "cross_ops" else "auto or ring"
             raise ConfigError(key, "nccl", "NCCL needs GPUs; this machine has none", f"Use {key}={alternative}.")
-    if strategy == "tpu":
-        _check_tpu(cfg.strategy.tpu)
-    flavour = cfg.keras
-    if flavour == "keras3" and cfg.trainer.name == "fit" and strategy in planning.MULTI_WORKER:
-        raise ConfigError(
-            "keras", flavour, f"Keras 3's Model.fit cannot train under strategy={strategy} "
-            "(keras-team/keras#18624, #20585)", "Use keras=auto or keras=legacy (tf-keras), or trainer=ctl.")
-    if flavour == "keras3" and cfg.trainer.name == "fit" and strategy == "central_storage":
-        print("xpdist: warning: keras=keras3: Keras 3's Model.fit logs wrong loss and metrics under "
-              "strategy=central_storage (the training is right); keras=auto or trainer=ctl logs the right ones.",
-              file=sys.stderr)
-
-
-def _check_tpu(tpu: str) -> None:
-    """Looks for a TPU the way TPUClusterResolver would, without starting TensorFlow."""
-    if tpu in ("", "local"):
-        if any(Path("/dev").glob("accel*")) or any(Path("/dev").glob("vfio/[0-9]*")):
-            return
-        raise ConfigError("strategy.tpu", tpu or '""', "no TPU is attached to this machine",
-                          "Run on a TPU VM, or set strategy.tpu to a TPU name or grpc://host:port.")
-    if tpu.startswith("grpc://"):
-        address = urlparse(tpu)
-        if _can_connect(address.hostname or "", address.port or 8470):
-            return
-        raise ConfigError("strategy.tpu", tpu, "no TPU answers at that address",
-                          "Check the address, or use a strategy other than tpu.")
-    # A TPU name is resolved through the Google Cloud metadata server.
-    if _can_connect("metadata.google.internal", 80):
-        return
-    raise ConfigError("strategy.tpu", tpu, "a TPU name needs Google Cloud's metadata server, which is unreachable here",
-                      "Give grpc://host:port, or use a strategy other than tpu.")
-
-
-def _can_connect(host: str, port: int, timeout: float = 3.0) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    spec.preflight(cfg)
 
 
 def _check_cluster(cfg) -> None:
-    strategy, cluster = cfg.strategy.name, cfg.cluster.name
-    if strategy == "parameter_server" and cluster == "local":
-        raise ConfigError("cluster", cluster, "parameter_server needs workers and parameter servers",
+    spec = strategies.of(cfg)
+    strategy, cluster, needs = spec.name, cfg.cluster.name, spec.needs
+    if needs.has_ps and cluster == "local":
+        raise ConfigError("cluster", cluster, f"{strategy} needs workers and parameter servers",
                           "Use cluster=localhost (cluster.workers, cluster.ps), tf_config or slurm.")
-    if cluster in MULTI_PROCESS_CLUSTERS and strategy not in planning.MULTI_WORKER:
+    if cluster in MULTI_PROCESS_CLUSTERS and not needs.multi_process:
+        clustered = " or ".join(strategies.names_where(lambda other: other.needs.multi_process))
         raise ConfigError("cluster", cluster, f"strategy={strategy} runs in one process",
-                          "Use cluster=local, or strategy=multi_worker_mirrored or parameter_server.")
+                          f"Use cluster=local, or strategy={clustered}.")
     if cluster == "localhost":
         if cfg.cluster.workers < 1:
             raise ConfigError("cluster.workers", cfg.cluster.workers, "a cluster needs at least one worker",
                               "Set cluster.workers to 1 or more.")
-        if strategy == "parameter_server" and cfg.cluster.ps < 1:
-            raise ConfigError("cluster.ps", cfg.cluster.ps, "parameter_server needs at least one parameter server",
+        if needs.has_ps and cfg.cluster.ps < 1:
+            raise ConfigError("cluster.ps", cfg.cluster.ps, f"{strategy} needs at least one parameter server",
                               "Set cluster.ps to 1 or more.")
         if cfg.cluster.max_restarts < 0:
             raise ConfigError("cluster.max_restarts", cfg.cluster.max_restarts, "must be 0 or more",
@@ -132,28 +87,29 @@ def _check_cluster(cfg) -> None:
         if cfg.cluster.start_timeout_s <= 0:
             raise ConfigError("cluster.start_timeout_s", cfg.cluster.start_timeout_s, "must be above 0",
                               "Use e.g. 120 (seconds).")
-        if strategy != "parameter_server" and cfg.cluster.ps:
+        if not needs.has_ps and cfg.cluster.ps:
+            with_ps = " or ".join(strategies.names_where(lambda other: other.needs.has_ps))
             raise ConfigError("cluster.ps", cfg.cluster.ps, f"strategy={strategy} has no parameter servers",
-                              "Drop cluster.ps or use strategy=parameter_server.")
+                              f"Drop cluster.ps or use strategy={with_ps}.")
     if cluster == "tf_config":
         check_tf_config(os.environ.get("TF_CONFIG"), strategy)
     if cluster == "slurm":
-        _check_slurm(cfg)
-    if strategy == "parameter_server" and cfg.trainer.name == "fit" and cfg.trainer.log_every_n_steps:
+        _check_slurm(cfg, needs)
+    if needs.coordinator and cfg.trainer.name == "fit" and cfg.trainer.log_every_n_steps:
         raise ConfigError("trainer.log_every_n_steps", cfg.trainer.log_every_n_steps,
-                          "Model.fit under parameter_server refuses batch-level callbacks",
+                          f"Model.fit under {strategy} refuses batch-level callbacks",
                           "Set trainer.log_every_n_steps=0 (epoch metrics are still logged).")
 
 
-def _check_slurm(cfg) -> None:
+def _check_slurm(cfg, needs: strategies.ClusterNeeds) -> None:
     """SlurmClusterResolver reads SLURM_* variables that only srun sets."""
     missing = [v for v in ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS") if v not in os.environ]
     if missing:
         raise ConfigError("cluster", "slurm", f"not started by srun ({' and '.join(missing)} unset)",
                           "Run it with srun inside an sbatch job (see scripts/slurm.sbatch), or use cluster=localhost.")
     tasks = slurm_tasks()
-    if cfg.strategy.name == "parameter_server" and tasks < cfg.cluster.ps + 2:
-        raise ConfigError("cluster.ps", cfg.cluster.ps, f"parameter_server under slurm needs a chief, cluster.ps "
+    if needs.has_ps and tasks < cfg.cluster.ps + 2:
+        raise ConfigError("cluster.ps", cfg.cluster.ps, f"{cfg.strategy.name} under slurm needs a chief, cluster.ps "
                           f"parameter servers and a worker, but srun started {tasks} task(s)",
                           "Start more tasks (--ntasks) or lower cluster.ps.")
 
@@ -220,7 +176,7 @@ def _check_xla(cfg, plan: planning.Plan) -> None:
     "Trying to access resource .../replica_1/... located in device CPU:1 from device CPU:0"
     (keras-team/keras#19005, tensorflow/tensorflow#53140; measured here on 2 logical CPUs).
     Every precision trained under every strategy here; only this combination is refused."""
-    if (str(cfg.trainer.jit_compile).lower() == "true" and plan.strategy in ONE_PROCESS_REPLICAS
+    if (str(cfg.trainer.jit_compile).lower() == "true" and strategies.get(plan.strategy).replicas_in_one_process
             and plan.num_replicas > 1):
         raise ConfigError("trainer.jit_compile", "true",
                           f"XLA cannot compile a step over {plan.num_replicas} replicas of "

@@ -132,12 +132,22 @@ def build_model(keras, cfg, input_shape, num_outputs):
     return MODELS.get(cfg.model.name)(keras, cfg, input_shape, num_outputs)
 
 
+# optimizer option -> builder(keras, options, learning_rate); the rate is the plan's (scaled).
+OPTIMIZERS = Registry("optimizer")
+
+
+@OPTIMIZERS.register("sgd")
+def _sgd(keras, opt, learning_rate: float):
+    return keras.optimizers.SGD(learning_rate=learning_rate, momentum=opt.momentum)
+
+
+@OPTIMIZERS.register("adam")
+def _adam(keras, opt, learning_rate: float):
+    return keras.optimizers.Adam(learning_rate=learning_rate)
+
+
 def build_optimizer(keras, cfg, learning_rate: float):
-    if cfg.optimizer.name == "sgd":
-        return keras.optimizers.SGD(learning_rate=learning_rate, momentum=cfg.optimizer.momentum)
-    if cfg.optimizer.name == "adam":
-        return keras.optimizers.Adam(learning_rate=learning_rate)
-    raise ValueError(f"optimizer={cfg.optimizer.name} is unknown")
+    return OPTIMIZERS.get(cfg.optimizer.name)(keras, cfg.optimizer, learning_rate)
 
 
 def loss_and_metrics(keras, kind: str, reduction: str = "sum_over_batch_size") -> Dict[str, Any]:

@@ -11,11 +11,13 @@ import shutil
 import signal
 import tempfile
 from pathlib import Path
-from typing import Dict
+from typing import Callable, Dict
 
+from xpdist.core import strategies as core_strategies
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.jobdir import JobDir, JobSpec, MetricFile, RunReady
 from xpdist.core.plan import Plan, resolved_at_run_time, with_replicas
+from xpdist.core.registry import Registry
 from xpdist.task import boot, data, export, models, precision, strategies
 from xpdist.task.train import ctl, fit, ps_ctl
 from xpdist.task.train.common import TrainContext
@@ -70,10 +72,20 @@ def build_context(tf, cfg, spec: JobSpec, strategy, job: JobDir, cluster: Cluste
                         arrays=arrays, job=job, cluster=cluster, logger=logger, logged_epochs=logged)
 
 
+# trainer option -> its training loop.
+TRAINERS: Registry[Callable[[TrainContext], Dict[str, float]]] = Registry("trainer")
+TRAINERS.register("fit")(fit.train)
+
+
+@TRAINERS.register("ctl")
+def _ctl(ctx: TrainContext) -> Dict[str, float]:
+    # Under a coordinator the loop schedules steps on the workers instead of running them here.
+    coordinated = core_strategies.get(ctx.plan.strategy).needs.coordinator
+    return (ps_ctl if coordinated else ctl).train(ctx)
+
+
 def train(ctx: TrainContext) -> Dict[str, float]:
-    if ctx.cfg.trainer.name == "ctl":
-        return (ps_ctl if ctx.plan.strategy == "parameter_server" else ctl).train(ctx)
-    return fit.train(ctx)
+    return TRAINERS.get(ctx.cfg.trainer.name)(ctx)
 
 
 def save_outputs(ctx: TrainContext) -> None:
@@ -138,15 +150,14 @@ def wait_for_chief_to_leave(address, poll_s: float = 2.0, grace_s: float = 10.0)
 def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> None:
     """Trains as cfg says; the chief's epoch metrics and summary figures go to the metric file.
 
-    Under parameter_server only the chief (coordinator) trains; worker and ps tasks serve.
+    Under a coordinator (parameter_server) only the chief trains; worker and ps tasks serve.
     """
     plan = spec.plan
     tf = start_tensorflow(cfg)
-    if plan.strategy == "parameter_server":
-        resolver = strategies.cluster_resolver(tf, cfg)
-        if resolver.task_type in ("worker", "ps"):
-            serve(tf, resolver, job)
-            return
+    resolver = strategies.server(tf, cfg)
+    if resolver is not None:
+        serve(tf, resolver, job)
+        return
     strategy = build_strategy(tf, cfg, plan)
     job.mark_ready(cluster.file_name)
     if resolved_at_run_time(plan):  # the batch and learning rate follow the replicas TensorFlow found

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from xpdist.core import strategies
 from xpdist.core.plan import Plan, tf_version
 
 # Params every run carries, whatever its strategy, so the compare view lines runs up.
 SUMMARY_PARAMS = ("strategy", "cross_ops", "communication", "cluster", "model", "dataset", "trainer", "keras",
                   "num_replicas", "global_batch_size", "per_replica_batch_size", "learning_rate", "devices",
                   "steps_per_execution", "tf_version")
-# Groups whose option counts only under one strategy: cross_ops tunes MirroredStrategy,
-# communication MultiWorkerMirroredStrategy.
-ONLY_UNDER = {"cross_ops": "mirrored", "communication": "multi_worker_mirrored"}
 # Keys that say where and how the run is recorded, not what was trained.
 NOT_PARAMS = ("tracking",)
 
@@ -33,9 +31,9 @@ def option_params(config: Dict[str, Any]) -> Dict[str, str]:
     """The keys of the options a run used, as dotted keys.
 
     The rule: every key of the chosen strategy, cluster, model, dataset, optimizer and
-    trainer options; the cross_ops option's keys only under strategy=mirrored and the
-    communication option's only under strategy=multi_worker_mirrored (elsewhere they
-    change nothing); `devices.*`, `seed` and `verbose`; never `tracking.*`. A group's
+    trainer options; the keys of a tuning group (cross_ops, communication) only under a
+    strategy whose spec applies it (strategy=mirrored and multi_worker_mirrored; elsewhere
+    they change nothing); `devices.*`, `seed` and `verbose`; never `tracking.*`. A group's
     `name` is left out where a summary param of the same name carries it (`model`, not
     `model.name`). The schema has one dataclass per option, so a linear model's run has
     no `model.filters` to log, and a cluster option has keys only where it starts
@@ -44,9 +42,9 @@ def option_params(config: Dict[str, Any]) -> Dict[str, str]:
     Args:
         config: the composed config as plain data (enums as names).
     """
-    strategy = config["strategy"]["name"]
+    applied = strategies.applied_groups(config["strategy"]["name"])
     used = {k: v for k, v in config.items()
-            if k not in NOT_PARAMS and ONLY_UNDER.get(k, strategy) == strategy}
+            if k not in NOT_PARAMS and (k not in strategies.TUNING_GROUPS or k in applied)}
     params = flatten(used)
     for key in SUMMARY_PARAMS:
         params.pop(f"{key}.name", None)
@@ -74,13 +72,13 @@ def rejected_params(config: Dict[str, Any]) -> Dict[str, str]:
     so it lines up with its siblings (what only a plan knows, replicas and batch, is "none"),
     and the keys of the options it chose, as run_params logs them."""
     strategy = config["strategy"]["name"]
+    applied = strategies.applied_groups(strategy)
     params = option_params(config)
     params.update({key: "none" for key in SUMMARY_PARAMS})
     params.update({
         "strategy": strategy, "cluster": config["cluster"]["name"], "model": config["model"]["name"],
         "dataset": config["dataset"]["name"], "trainer": config["trainer"]["name"], "keras": str(config["keras"]),
-        "cross_ops": config["cross_ops"]["name"] if strategy == "mirrored" else "none",
-        "communication": config["communication"]["name"] if strategy == "multi_worker_mirrored" else "none",
         "tf_version": tf_version(),
     })
+    params.update({group: config[group]["name"] if group in applied else "none" for group in strategies.TUNING_GROUPS})
     return {k: str(v) for k, v in params.items()}

@@ -25,6 +25,7 @@ from typing import Dict, List, Optional, Tuple
 
 import portpicker
 
+from xpdist.core import strategies
 from xpdist.core.clusterenv import TaskId as Task
 from xpdist.core.jobdir import JobDir
 from xpdist.driver.launchers import follow, process
@@ -59,12 +60,13 @@ def free_ports(count: int) -> List[int]:
 
 def cluster_spec(cfg) -> Tuple[Dict[str, List[str]], List[Task], Task]:
     """The cluster's jobs -> addresses, its tasks, and which task is the chief."""
-    ps = cfg.strategy.name == "parameter_server"
-    jobs = {"chief": 1, "worker": cfg.cluster.workers, "ps": cfg.cluster.ps} if ps else {"worker": cfg.cluster.workers}
+    needs = strategies.of(cfg).needs
+    counts = {"chief": 1, "worker": cfg.cluster.workers, "ps": cfg.cluster.ps}
+    jobs = {kind: counts[kind] for kind in needs.jobs}
     ports = iter(free_ports(sum(jobs.values())))
     spec = {kind: [f"127.0.0.1:{next(ports)}" for _ in range(n)] for kind, n in jobs.items()}
     tasks = [Task(kind, i) for kind, n in jobs.items() for i in range(n)]
-    return spec, tasks, Task("chief", 0) if ps else Task("worker", 0)
+    return spec, tasks, Task(needs.chief_job, 0)
 
 
 def tf_config(spec: Dict[str, List[str]], task: Task) -> str:
@@ -85,7 +87,8 @@ class Cluster:
 
     def __init__(self, cfg, job: JobDir, env: Dict[str, str]):
         self.cfg, self.job, self.env = cfg, job, env
-        self.ps_strategy = cfg.strategy.name == "parameter_server"
+        # A coordinator's workers serve: one may die while training goes on, and none ends on its own.
+        self.coordinated = strategies.of(cfg).needs.coordinator
         self.procs: Dict[Task, subprocess.Popen] = {}
         self.spec: Dict[str, List[str]] = {}
         self.tasks: List[Task] = []
@@ -114,7 +117,7 @@ class Cluster:
         log.write(f"--- xpdist: start {task.name}, attempt {self.attempt}, TF_CONFIG {tf_config(self.spec, task)}\n")
         log.flush()
         env = dict(self.env, TF_CONFIG=tf_config(self.spec, task))
-        if self.ps_strategy:
+        if self.coordinated:
             env["GRPC_FAIL_FAST"] = "use_caller"  # the guide's setting: fail fast, let the coordinator retry
         with log:  # the child holds its own copy of the descriptor
             self.procs[task] = process.start(process.task_command(self.job.root), env, log)
@@ -147,10 +150,11 @@ class Cluster:
             time.sleep(POLL_S)
 
     def _task_died(self, task: Task, code: int) -> None:
-        if not (self.ps_strategy and task.kind == "worker"):
+        if not (self.coordinated and task.kind == "worker"):
             raise TaskFailed(task, self.describe(task, code), may_retry(code))
         if all(p.poll() not in (None, 0) for t, p in self.procs.items() if t.kind == "worker"):
-            raise TaskFailed(task, self.describe(task, code) + "; no parameter_server worker is left", may_retry(code))
+            raise TaskFailed(task, self.describe(task, code) + f"; no {self.cfg.strategy.name} worker is left",
+                             may_retry(code))
         # ClusterCoordinator moves this worker's steps to the workers left.
         self.tolerated.add(task)
         print(f"xpdist: {task.name} died ({self.describe(task, code)}); "
@@ -175,7 +179,7 @@ class Cluster:
 
     def wait_others(self) -> None:
         """After the chief finished: MWMS workers end on their own; servers are stopped."""
-        if not self.ps_strategy:
+        if not self.coordinated:
             deadline = time.monotonic() + FINISH_GRACE_S
             while time.monotonic() < deadline and any(p.poll() is None for p in self.procs.values()):
                 time.sleep(POLL_S)
@@ -185,7 +189,7 @@ class Cluster:
 def run(cfg, job: JobDir, env: Dict[str, str]) -> Outcome:
     """Runs the cluster to the end, restarting it up to cluster.max_restarts times."""
     cluster = Cluster(cfg, job, env)
-    chief = Task("chief", 0) if cluster.ps_strategy else Task("worker", 0)
+    chief = Task(strategies.of(cfg).needs.chief_job, 0)
     follower = follow.follow_chief(job.log_of(chief.file_name), chief.name, job.logs)
     restarts = 0
     try:

@@ -9,6 +9,7 @@ from typing import Any, Optional, Tuple
 
 from hydra.utils import get_method
 
+from xpdist.core import strategies
 from xpdist.task.data_sources import image_folder, pipeline, tfrecord
 
 
@@ -46,7 +47,7 @@ class Split:
     def global_batches(self, tf, training: bool):
         """Global batches for Model.fit (a custom source: per-replica batches, distributed here)."""
         if self.cfg.dataset.name == "custom":
-            if self.plan.strategy == "parameter_server":  # the coordinator's own validation batches
+            if strategies.get(self.plan.strategy).needs.coordinator:  # the coordinator's own validation batches
                 return self._user(tf, None, self.plan.global_batch_size, training)
             return self.strategy.distribute_datasets_from_function(
                 lambda context: self._user(tf, context, self.plan.per_replica_batch_size, training))

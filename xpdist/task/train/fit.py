@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Dict
 
+from xpdist.core import strategies
 from xpdist.task.data import global_batches, worker_batches
 from xpdist.task.models import loss_and_metrics
 from xpdist.task.precision import jit_compile
@@ -74,7 +75,7 @@ def _callbacks(ctx: TrainContext):
             self._manager.save(checkpoint_number=epoch + 1)
 
     callbacks = [StepLoss() if every else MlflowEpochs()]
-    if ctx.plan.strategy != "parameter_server":  # its Model.fit refuses batch-level callbacks
+    if not strategies.get(ctx.plan.strategy).needs.coordinator:  # its Model.fit refuses batch-level callbacks
         callbacks.append(FirstStep())
     _, manager = checkpoint_manager(ctx)
     if manager is not None:
@@ -103,16 +104,17 @@ def train(ctx: TrainContext) -> Dict[str, float]:
                           steps_per_execution=plan.steps_per_execution, jit_compile=_jit_compile(ctx))
     train_ds = global_batches(tf, arrays.x_train, arrays.y_train, cfg, plan, training=True)
     initial_epoch = resume_epoch(ctx)
-    if initial_epoch and plan.strategy != "parameter_server" and isinstance(train_ds, tf.data.Dataset):
+    spec = strategies.get(plan.strategy)
+    if initial_epoch and not spec.needs.coordinator and isinstance(train_ds, tf.data.Dataset):
         # The batches of the epochs done, skipped: a resumed run sees the data it would have seen.
         # (A custom source comes already distributed from its function and restarts its stream.)
         train_ds = train_ds.skip(initial_epoch * plan.steps_per_epoch)
-    if plan.strategy == "parameter_server":
+    if spec.needs.coordinator:
         # tf-keras' Model.fit under ParameterServerStrategy takes a DatasetCreator: each
         # worker builds its own pipeline (the coordinator makes per-worker datasets of it).
         train_ds = ctx.keras.utils.experimental.DatasetCreator(
             lambda _context: worker_batches(tf, arrays.x_train, arrays.y_train, cfg, plan))
-    elif plan.strategy in ("one_device", "mirrored", "central_storage"):
+    elif spec.fit_distributes_dataset:
         # Distributed here (as Model.fit would) so that its iterator outlives fit: see keep_iterators.
         # Multi-worker strategies are left to Model.fit (tf-keras there, with its own sharding).
         if isinstance(train_ds, tf.data.Dataset):  # a custom source's batches come distributed

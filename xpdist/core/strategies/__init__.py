@@ -1,0 +1,165 @@
+"""The strategy seam, driver half: what xpdist knows about each `strategy` option, without TensorFlow.
+
+Each module of this package (default.py, mirrored.py, ...) is one strategy option and holds
+its `SPEC`, a `StrategySpec` that answers every question the rest of xpdist has about it:
+which other config groups tune it (`applies_to`), what it needs from the cluster group
+(`needs`), how many replicas a config gives (`replicas`), which Keras it needs with which
+trainer (`keras_flavour`), and its own preflight checks (`preflight`). The plan, preflight,
+the params, the launchers and the trainers ask the spec; none of them compares a strategy's
+name. The task half (how TensorFlow builds it) is the module of the same name in
+xpdist/task/strategies/.
+
+Adding a strategy `foo` is four files: `foo.py` here, `xpdist/task/strategies/foo.py`,
+`conf/strategy/foo.yaml` and its dataclass in xpdist/core/schema.py (OPTIONS["strategy"]).
+The registry reads this package's modules on first use; a user's own strategy registers
+with `STRATEGIES.register("foo")(FooSpec())`.
+
+Example:
+    spec = strategies.of(cfg)
+    if spec.needs.coordinator: ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import sys
+from typing import Callable, ClassVar, Dict, List, Tuple
+
+from xpdist.core.errors import ConfigError
+from xpdist.core.registry import Registry
+
+# Config groups that tune one kind of strategy: each applies only under the strategies whose
+# spec lists it in applies_to; elsewhere it must stay `auto`, and is neither logged nor in the
+# run name. The value says what the group's options are, in messages.
+TUNING_GROUPS: Dict[str, str] = {"cross_ops": "cross-device ops", "communication": "communication options"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterNeeds:
+    """What a strategy needs from the cluster group.
+
+    Attributes:
+        jobs: the TF_CONFIG jobs of its multi-process cluster, the chief's job first; empty
+            for a strategy that runs in one process (cluster=local only).
+        coordinator: the chief coordinates and the other tasks serve steps it sends them
+            (tf.distribute.Server): only the chief trains; a worker may die while training
+            goes on; Model.fit takes a DatasetCreator and refuses batch-level callbacks.
+    """
+
+    jobs: Tuple[str, ...] = ()
+    coordinator: bool = False
+
+    @property
+    def multi_process(self) -> bool:
+        return bool(self.jobs)
+
+    @property
+    def chief_job(self) -> str:
+        """The job of the task that trains and reports (worker 0 where there is no chief)."""
+        return self.jobs[0] if self.jobs else "worker"
+
+    @property
+    def has_ps(self) -> bool:
+        return "ps" in self.jobs
+
+
+ONE_PROCESS = ClusterNeeds()
+WORKERS = ClusterNeeds(jobs=("worker",))
+CHIEF_WORKERS_PS = ClusterNeeds(jobs=("chief", "worker", "ps"), coordinator=True)
+
+
+class Keras3Fit(enum.Enum):
+    """How Keras 3's Model.fit fares under a strategy (keras=auto picks tf-keras unless it trains right)."""
+
+    trains = "trains"
+    # The weights are right, the logged loss and metrics are not.
+    wrong_metrics = "wrong_metrics"
+    cannot_train = "cannot_train"
+
+
+class StrategySpec:
+    """One `strategy` option, as the driver and the planner see it. Subclass it, one per module.
+
+    Class attributes, each with the value most strategies have:
+        name: the option's name, the same as its module's.
+        applies_to: the TUNING_GROUPS that tune it.
+        needs: what it needs from the cluster group (ONE_PROCESS, WORKERS, CHIEF_WORKERS_PS).
+        uses_devices: it places replicas on this process's devices (plan.devices lists them).
+        replicas_in_one_process: its replicas are devices of one process, over which XLA
+            cannot compile one step.
+        keras3_fit: how Keras 3's Model.fit fares under it.
+        fit_distributes_dataset: the fit trainer distributes the dataset itself, so that its
+            iterator outlives Model.fit (task/train/fit.py keep_iterators); the others leave it
+            to Model.fit.
+        auto_steps_per_execution: trainer.steps_per_execution=null may pick more than 1.
+        replicas_at_run_time: only TensorFlow knows the replica count (the task reports it).
+    """
+
+    name: ClassVar[str] = ""
+    applies_to: ClassVar[Tuple[str, ...]] = ()
+    needs: ClassVar[ClusterNeeds] = ONE_PROCESS
+    uses_devices: ClassVar[bool] = True
+    replicas_in_one_process: ClassVar[bool] = False
+    keras3_fit: ClassVar[Keras3Fit] = Keras3Fit.trains
+    fit_distributes_dataset: ClassVar[bool] = False
+    auto_steps_per_execution: ClassVar[bool] = False
+    replicas_at_run_time: ClassVar[bool] = False
+
+    def replicas(self, cfg, devices: List[str], workers: int) -> int:
+        """Replicas in sync for this config, as TensorFlow will count them.
+
+        Args:
+            cfg: the plain composed config.
+            devices: this process's devices (core.devices.local_devices).
+            workers: worker processes of the cluster (1 for one process).
+        """
+        return 1
+
+    def keras_flavour(self, trainer: str) -> str:
+        """keras=auto's choice: tf-keras ("legacy") where Keras 3's Model.fit would not train right."""
+        return "legacy" if trainer == "fit" and self.keras3_fit is not Keras3Fit.trains else "keras3"
+
+    def preflight(self, cfg) -> None:
+        """This strategy's own checks, before any run exists. Overrides call super().preflight last.
+
+        Raises:
+            ConfigError: naming the key at fault.
+        """
+        if cfg.keras != "keras3" or cfg.trainer.name != "fit":
+            return
+        if self.keras3_fit is Keras3Fit.cannot_train:
+            raise ConfigError(
+                "keras", cfg.keras, f"Keras 3's Model.fit cannot train under strategy={self.name} "
+                "(keras-team/keras#18624, #20585)", "Use keras=auto or keras=legacy (tf-keras), or trainer=ctl.")
+        if self.keras3_fit is Keras3Fit.wrong_metrics:
+            print("xpdist: warning: keras=keras3: Keras 3's Model.fit logs wrong loss and metrics under "
+                  f"strategy={self.name} (the training is right); keras=auto or trainer=ctl logs the right ones.",
+                  file=sys.stderr)
+
+
+STRATEGIES: Registry[StrategySpec] = Registry("strategy", package=__name__, attribute="SPEC")
+
+
+def get(name: str) -> StrategySpec:
+    """The spec of strategy=name.
+
+    Raises:
+        KeyError: no such strategy; the message lists the known ones and the nearest.
+    """
+    return STRATEGIES.get(name)
+
+
+def of(cfg) -> StrategySpec:
+    """The spec of the config's strategy (cfg.strategy.name)."""
+    return get(cfg.strategy.name)
+
+
+def applied_groups(name: str) -> Tuple[str, ...]:
+    """The tuning groups that apply under strategy=name; none for a name no strategy has."""
+    return get(name).applies_to if name in STRATEGIES else ()
+
+
+def names_where(test: Callable[[StrategySpec], bool]) -> List[str]:
+    """The strategies whose spec passes test, sorted (for messages: "use strategy=a or b")."""
+    return [name for name in STRATEGIES if test(get(name))]

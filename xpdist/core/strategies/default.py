@@ -1,0 +1,14 @@
+"""strategy=default: TensorFlow's default strategy, one replica and no distribution."""
+
+from __future__ import annotations
+
+from xpdist.core.strategies import StrategySpec
+
+
+class Default(StrategySpec):
+    name = "default"
+    uses_devices = False  # TensorFlow places ops itself
+    auto_steps_per_execution = True
+
+
+SPEC = Default()

@@ -1,0 +1,37 @@
+"""The strategy seam, task half: how TensorFlow builds each `strategy` option.
+
+Each module of this package is one strategy option, named as its driver half in
+xpdist/core/strategies/, and defines `build(tf, cfg, plan) -> tf.distribute.Strategy`; a
+strategy whose non-chief tasks serve a coordinator instead of training also defines
+`server(tf, cfg)`, the cluster resolver of a task that serves (None for the chief).
+Builders take `tf` from the task (xpdist/task/boot.py imports TensorFlow once), so nothing
+here imports it. Runs in the task process only.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Optional
+
+from xpdist.core.registry import Registry
+
+STRATEGIES: Registry[ModuleType] = Registry("strategy", package=__name__)
+
+
+def configure_devices(tf, cfg) -> None:
+    """Splits the CPU into devices.logical_cpus logical devices, before TF initialises."""
+    n = int(cfg.devices.logical_cpus)
+    if n > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
+
+
+def build(tf, cfg, plan):
+    """Builds the strategy of cfg.strategy.name, after configure_devices."""
+    return STRATEGIES.get(cfg.strategy.name).build(tf, cfg, plan)
+
+
+def server(tf, cfg) -> Optional[Any]:
+    """The cluster resolver of this task if it serves a coordinator rather than trains, else None."""
+    serves = getattr(STRATEGIES.get(cfg.strategy.name), "server", None)
+    return serves(tf, cfg) if serves is not None else None
