@@ -24,6 +24,13 @@ def migrated_store(tmp_path_factory) -> Path:
     return store_template(tmp_path_factory.mktemp("store-template"))
 
 
+@pytest.fixture
+def store_uri(tmp_path: Path, migrated_store: Path) -> str:
+    """sqlite:/// of tmp_path/mlflow.db, a copy of the migrated empty store."""
+    shutil.copy(migrated_store, tmp_path / "mlflow.db")
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
 def xpdist_with_store(request, tmp_path: Path) -> Xpdist:
     """Xpdist in tmp_path with a copy of the migrated store in place, unless the test is
     marked new_store (it checks what the CLI does to a store it creates, or that it creates none)."""

@@ -17,8 +17,8 @@ def _run(client, experiment_id, tags):
     return client.create_run(experiment_id, tags=tags).info.run_id
 
 
-def test_close_stale_closes_only_lost_runs(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_close_stale_closes_only_lost_runs(tmp_path, store_uri):
+    uri = store_uri
     client = MlflowClient(tracking_uri=uri)
     first = client.create_experiment("a")
     second = client.create_experiment("b")
@@ -42,8 +42,8 @@ def test_close_stale_closes_only_lost_runs(tmp_path):
     assert reap.close_stale(uri, timeout_s=30) == []
 
 
-def test_reap_command(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_reap_command(tmp_path, store_uri):
+    uri = store_uri
     client = MlflowClient(tracking_uri=uri)
     run_id = _run(client, client.create_experiment("a"), {HEARTBEAT_TAG: f"{time.time() - 100:.0f}"})
     out = subprocess.run([sys.executable, "-m", "xpdist.tracking.reap", "--uri", uri, "--timeout-s", "40"],

@@ -4,6 +4,7 @@ slow, against the runs of a real sweep."""
 from __future__ import annotations
 
 import csv
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -50,9 +51,10 @@ def _log_run(client, experiment_id, name, strategy, replicas, losses, val_losses
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
+def store(tmp_path_factory, migrated_store):
     """A store with one finished 3-run sweep and one FAILED run outside it, in experiment xpdist."""
     root = tmp_path_factory.mktemp("store")
+    shutil.copy(migrated_store, root / "mlflow.db")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     client = tracking.client(uri)
     experiment_id = tracking.ensure_experiment(client, "xpdist", uri)
@@ -147,7 +149,7 @@ def test_report_row_without_history_never_shows_the_last_epoch_as_steady(store):
     assert row["parent_run_id"] == store["parent"]
 
 
-def test_the_table_shows_the_params_that_differ_between_the_runs(tmp_path):
+def test_the_table_shows_the_params_that_differ_between_the_runs(tmp_path, store_uri):
     """Runs logged with the params xpdist logs for real configs that differ in model, dataset,
     optimizer and learning rate: the table names those, and not what its columns already show."""
     from omegaconf import OmegaConf
@@ -156,7 +158,7 @@ def test_the_table_shows_the_params_that_differ_between_the_runs(tmp_path):
     from xpdist.core.plan import make_plan
     from xpdist.tracking.params import run_params
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store_uri
     client = tracking.client(uri)
     experiment_id = tracking.ensure_experiment(client, "xpdist", uri)
     configs = {"linear": [], "cnn": ["model=cnn", "dataset=digits", "strategy=mirrored", "devices.logical_cpus=2"],
@@ -272,12 +274,12 @@ def test_report_md_gives_the_mlflow_ui_command_itself(store, tmp_path):
     assert f"`mlflow ui --host 127.0.0.1 --port 5000 --backend-store-uri {store['uri']}`" in markdown
 
 
-def test_many_runs_are_plotted_as_groups(tmp_path, monkeypatch):
+def test_many_runs_are_plotted_as_groups(tmp_path, monkeypatch, store_uri):
     """60 runs of 3 strategies: each plot shows 3 groups (median and range), not 60 runs, and the
     bulk history read gives each run its own epochs."""
     from xpdist.report import plots
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store_uri
     client = tracking.client(uri)
     experiment_id = tracking.ensure_experiment(client, "many", uri)
     strategies = [("one_device", 1), ("mirrored", 2), ("central_storage", 2)]

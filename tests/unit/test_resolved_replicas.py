@@ -36,13 +36,13 @@ def test_plan_follows_the_replicas_tensorflow_reports(tmp_path):
     assert with_replicas(cfg, plan, 1) == plan
 
 
-def test_params_logged_once_known(tmp_path):
+def test_params_logged_once_known(tmp_path, store_uri):
     cfg, plan = _tpu_plan(tmp_path)
     config = OmegaConf.to_container(cfg)
     created = job_module._creation_params(config, plan)
     assert not set(RESOLVED_BY_TASK) & set(created)  # no guess in the run
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store_uri
     client = MlflowClient(tracking_uri=uri)
     run_id = client.create_run(client.create_experiment("tpu")).info.run_id
     job = JobDir(tmp_path / "job")

@@ -31,8 +31,8 @@ def test_auto_steps_per_execution(tmp_path, overrides, expected):
     assert p.steps_per_epoch % p.steps_per_execution == 0 or "trainer.steps_per_execution=4" in overrides
 
 
-def test_metric_file_lines_reach_the_run_through_the_relay(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_metric_file_lines_reach_the_run_through_the_relay(tmp_path, store_uri):
+    uri = store_uri
     run_id = tracking.create_run(uri, "relay", "r", {"a": "1"}, {})
     path = JobDir(tmp_path).metrics
     metrics = MetricFile(path)

@@ -36,8 +36,8 @@ def test_a_duplicate_dataset_insert_is_retried_only_when_logging_inputs():
     assert not store._dataset_race(MlflowException("RESOURCE_DOES_NOT_EXIST: run 'x' not found"))
 
 
-def test_log_inputs_links_a_dataset_another_run_already_logged(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_log_inputs_links_a_dataset_another_run_already_logged(tmp_path, store_uri):
+    uri = store_uri
     client = store.client(uri)
     experiment = store.ensure_experiment(client, "e", uri)
     dataset = dict(name="digits", digest="abc", source_type="local", source=str(tmp_path), schema="{}",

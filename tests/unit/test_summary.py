@@ -32,8 +32,8 @@ def _sweep(uri):
     return client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent}'")
 
 
-def test_rows_tables_and_files(tmp_path):
-    rows = summary.rows(_sweep(f"sqlite:///{tmp_path / 'mlflow.db'}"))
+def test_rows_tables_and_files(tmp_path, store_uri):
+    rows = summary.rows(_sweep(store_uri))
 
     assert [r["job"] for r in rows] == [0, 1, 2]
     first = rows[0]
