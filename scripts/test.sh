@@ -35,10 +35,11 @@ elif [ "${#missing[@]}" -gt 0 ]; then
   echo "scripts/test.sh: ${missing[*]} missing and no apt-get with root: their tests will skip"
 fi
 
-# Both cores (or more): tests run in pytest-xdist workers, a test file per worker at a time so
-# that a module's shared runs are made once (--dist loadfile). `-n 0` runs in one process;
+# Both cores (or more): tests run in pytest-xdist workers, a group at a time: a test file, or
+# every test of the PostgreSQL, MLflow server and network-namespace services (tests/conftest.py),
+# so that module-scoped runs and session services are made once. `-n 0` runs in one process;
 # an explicit -n or --dist of the caller wins.
-parallel=(-n "${XPDIST_TEST_WORKERS:-auto}" --dist loadfile)
+parallel=(-n "${XPDIST_TEST_WORKERS:-auto}" --dist loadgroup)
 for arg in "$@"; do
   case "$arg" in -n|-n[0-9]*|-nauto|--numprocesses*|--dist*|no:xdist) parallel=() ;; esac
 done

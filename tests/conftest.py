@@ -39,6 +39,21 @@ def xpdist_with_store(request, tmp_path: Path) -> Xpdist:
     return Xpdist(tmp_path)
 
 
+# Session services a test reaches through these fixtures (tests/engines/conftest.py): the
+# tests that share them run in one xdist worker, which starts each service once.
+SHARED_SERVICES = {"pg_uri", "tracking", "hosts", "cluster_factory"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks (--dist loadgroup)
+def pytest_collection_modifyitems(items):
+    """Groups the tests for `--dist loadgroup` (scripts/test.sh): a test file per group, so that
+    its module-scoped runs are made once, and every test of the shared services in one group."""
+    for item in items:
+        shared = SHARED_SERVICES & set(getattr(item, "fixturenames", ()))
+        group = "services" if shared else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 # Each test's tier, for the totals printed at the end: the first marker of this list it has.
 TIERS = ("browser", "slurm", "netns", "postgres", "cluster", "slow")
 # A test longer than this (setup, call and teardown) is named at the end; such a test needs
