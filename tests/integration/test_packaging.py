@@ -49,7 +49,7 @@ def installed(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("packaging")
     # Built from a copy (links kept), so setuptools' build/ and egg-info stay out of the checkout.
     source = root / "source"
-    for folder in ("xpdist", "hydra_plugins", "conf", "recipes"):
+    for folder in ("xpdist", "hydra_plugins", "conf", "recipes", "docs"):
         shutil.copytree(REPO / folder, source / folder, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, source / name)

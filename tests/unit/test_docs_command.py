@@ -9,6 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO, xpdist_env
 from xpdist.core import docs
 
@@ -34,6 +36,7 @@ def test_the_command_prints_the_folder_and_starts_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # builds and installs a wheel
 def test_the_wheel_ships_the_docs_and_the_command_finds_them_installed(tmp_path):
     """The wheel holds docs/ as xpdist/docs; installed, the command and the error lines point there."""
     source = tmp_path / "src"
