@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from tests.helpers import REPO, compose
 from tests.unit.unit_helpers import plain
+from xpdist.core import docs
 from xpdist.core.errors import ConfigError
 from xpdist.core.schema import GROUPS, OPTIONS, check_keys
 
@@ -140,6 +141,21 @@ def test_a_key_appended_with_plus_that_the_schema_does_not_know_is_refused(overr
     with pytest.raises(ConfigError) as err:
         check_keys(config)
     assert err.value.key == key and "nothing would read it" in str(err.value)
+
+
+@pytest.mark.parametrize("override, says", [
+    ("+trainer.epoch=3", "trainer=fit has no key 'epoch', so nothing would read it. Did you mean trainer.epochs? "
+                         "Otherwise drop it; the keys of trainer=fit are: name, epochs,"),
+    ("+tracking.experiments=x", "Did you mean tracking.experiment? Otherwise drop it"),
+    ("+sed=1", "the config has no key 'sed', so nothing would read it. Did you mean seed? Otherwise drop it"),
+    ("+devices.gpus=2", "devices has no key 'gpus', so nothing would read it. Drop it; the keys of devices are:"),
+])
+def test_a_key_appended_with_plus_gets_the_nearest_key_and_the_page(override, says):
+    """The schema's own check words its line as the compose errors do: the nearest key, the page by its path."""
+    with pytest.raises(ConfigError) as err:
+        check_keys(plain(override))
+    assert says in str(err.value)
+    assert str(err.value).endswith(f"(see {docs.page()}).")
 
 
 def test_a_name_set_by_hand_is_refused():

@@ -18,7 +18,8 @@ from typing import Any, Dict, List, Mapping, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from xpdist.core.errors import ConfigError
+from xpdist.core import docs
+from xpdist.core.errors import ConfigError, did_you_mean
 
 
 def _open_mapping() -> DictConfig:
@@ -626,5 +627,7 @@ def _refuse_unknown(node: Mapping[str, Any], cls: type, prefix: str, owner: str)
             while isinstance(value, Mapping) and len(value) == 1:  # +a.b=1 appended {'b': 1} at a
                 inner, value = next(iter(value.items()))
                 full += f".{inner}"
+            hint = did_you_mean(key, known, prefix).strip()
             raise ConfigError(full, value, f"{owner} has no key '{key}', so nothing would read it",
-                              f"Drop it; the keys of {owner} are: {', '.join(known)} (docs/configuration.md).")
+                              f"{hint + ' Otherwise drop' if hint else 'Drop'} it; the keys of {owner} are: "
+                              f"{', '.join(known)} (see {docs.page()}).")
