@@ -33,6 +33,17 @@ def test_help_names_the_app_and_lists_every_group_and_option(tmp_path):
     assert out.count("python -m xpdist ") >= 2  # the example commands
 
 
+def test_help_names_the_check_the_docs_command_and_the_tutorial(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "xpdist", "--help"], cwd=tmp_path, env=xpdist_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "python -m xpdist --check [overrides]" in out
+    assert "python -m xpdist docs [PAGE]" in out and "python -m xpdist docs PAGE" in out
+    for page in ("docs/tutorial.md", "docs/concepts.md"):
+        assert page in out and (REPO / page).is_file(), page
+
+
 def test_help_lists_each_groups_default_first_and_the_launchers_and_sweeper(tmp_path):
     done = subprocess.run([sys.executable, "-m", "xpdist", "--help"], cwd=tmp_path, env=xpdist_env(),
                           capture_output=True, text=True, timeout=120)
