@@ -49,6 +49,17 @@ def test_every_strategy_has_its_driver_module_task_module_yaml_and_schema_entry(
         assert callable(task_strategies.STRATEGIES.get(name).build), name
 
 
+def test_the_task_registries_name_exactly_the_options_of_their_groups():
+    """cross_ops, communication, optimizer and trainer dispatch through a table, each the schema's options."""
+    from xpdist.task import models, runner
+    from xpdist.task.strategies import mirrored, multi_worker_mirrored
+
+    tables = {"cross_ops": mirrored.CROSS_OPS, "communication": multi_worker_mirrored.IMPLEMENTATIONS,
+              "optimizer": models.OPTIMIZERS, "trainer": runner.TRAINERS}
+    for group, table in tables.items():
+        assert set(table) == set(schema.OPTIONS[group]), group
+
+
 @pytest.mark.parametrize("name", sorted(strategies.STRATEGIES))
 def test_every_spec_answers_for_a_config_of_its_own(tmp_path, name):
     """The conformance every strategy passes: its answers are well formed and the plan uses them."""

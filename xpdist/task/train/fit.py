@@ -104,17 +104,17 @@ def train(ctx: TrainContext) -> Dict[str, float]:
                           steps_per_execution=plan.steps_per_execution, jit_compile=_jit_compile(ctx))
     train_ds = global_batches(tf, arrays.x_train, arrays.y_train, cfg, plan, training=True)
     initial_epoch = resume_epoch(ctx)
-    spec = strategies.get(plan.strategy)
-    if initial_epoch and not spec.needs.coordinator and isinstance(train_ds, tf.data.Dataset):
+    strategy_spec = strategies.get(plan.strategy)
+    if initial_epoch and not strategy_spec.needs.coordinator and isinstance(train_ds, tf.data.Dataset):
         # The batches of the epochs done, skipped: a resumed run sees the data it would have seen.
         # (A custom source comes already distributed from its function and restarts its stream.)
         train_ds = train_ds.skip(initial_epoch * plan.steps_per_epoch)
-    if spec.needs.coordinator:
+    if strategy_spec.needs.coordinator:
         # tf-keras' Model.fit under ParameterServerStrategy takes a DatasetCreator: each
         # worker builds its own pipeline (the coordinator makes per-worker datasets of it).
         train_ds = ctx.keras.utils.experimental.DatasetCreator(
             lambda _context: worker_batches(tf, arrays.x_train, arrays.y_train, cfg, plan))
-    elif spec.fit_distributes_dataset:
+    elif strategy_spec.fit_distributes_dataset:
         # Distributed here (as Model.fit would) so that its iterator outlives fit: see keep_iterators.
         # Multi-worker strategies are left to Model.fit (tf-keras there, with its own sharding).
         if isinstance(train_ds, tf.data.Dataset):  # a custom source's batches come distributed
