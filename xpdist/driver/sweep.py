@@ -11,6 +11,7 @@ that run jobs in other processes or on other machines.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any, Dict, List, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from xpdist.api import RESULT_FILE_ENV
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import SWEEP_FILE
 from xpdist.driver import preflight, standby, sweep_check
@@ -189,7 +191,8 @@ class SweepCallback(Callback):
         for run in _children(uri, parent_id):  # a job process killed by its launcher left it open
             if run.info.status == "RUNNING":
                 store.terminate(uri, run.info.run_id, "FAILED", "the job ended without closing its run")
-        rows = summary.rows(_children(uri, parent_id))
+        children = _children(uri, parent_id)
+        rows = summary.rows(children)
         failed = [r for r in rows if r["status"] != "FINISHED"]
         _State.failed_jobs = len(failed) if rows else 1
         report(rows, uri, parent_id, sweep_dir)
@@ -199,6 +202,22 @@ class SweepCallback(Callback):
         heartbeat.let_go(parent_id)
         store.terminate(uri, parent_id, "FAILED" if error else "FINISHED", error)
         _State.open_sweep = None
+        _write_outcome(parent_id, "FAILED" if error else "FINISHED", error, rows, children)
+
+
+def _write_outcome(parent_id: str, status: str, error: Optional[str], rows: List[Dict[str, Any]],
+                   runs: List[Any]) -> None:
+    """The sweep's outcome, for xpdist.sweep() (xpdist/api.py), where it asks for one."""
+    path = os.environ.get(RESULT_FILE_ENV)
+    if not path:
+        return
+    metrics = {run.info.run_id: {k: v for k, v in run.data.metrics.items() if not k.startswith("system/")}
+               for run in runs}
+    jobs = [{"job": r["job"], "overrides": r["overrides"], "run_id": r["run_id"], "run_name": r["run_name"],
+             "status": r["status"], "error": r["error"], "metrics": metrics.get(r["run_id"], {}),
+             "num_replicas": r["replicas"], "global_batch_size": r["global_batch"],
+             "wall_time_s": r["wall_time_s"] or 0.0} for r in rows]
+    Path(path).write_text(json.dumps({"parent_run_id": parent_id, "status": status, "error": error, "jobs": jobs}))
 
 
 def _short(text: str, limit: int = 240) -> str:
