@@ -103,7 +103,7 @@ for name in sys.argv[1:]:
     package = importlib.import_module(name)
     print(name)
     for found in pkgutil.walk_packages(package.__path__, name + "."):
-        if ".conf" not in found.name:
+        if "conf" not in found.name.split("."):  # xpdist.conf holds YAML, not modules
             print(found.name)
 """
 
