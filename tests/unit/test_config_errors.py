@@ -65,3 +65,11 @@ def test_a_wrong_type_says_what_the_key_takes(tmp_path, override, says):
     assert "could not be converted" not in line and "of type" not in line
     key = override.split("=")[0]
     assert line.startswith(f"{key}=") and line.endswith(f"See {key} in {docs.page('configuration.md')}.")
+
+
+def test_a_new_key_of_a_typed_mapping_gets_the_override_that_adds_it(tmp_path):
+    """optimizer.lr_table={...} replaces a known mapping: the line's hint must be an override that composes."""
+    table = "optimizer.lr_table={5: 0.1, 10: 0.15}"
+    line = refusal(tmp_path, "optimizer.lr_scaling=table", table)
+    assert line == f"{table}: '5' is a new key there. Add it with ++{table}.", line
+    assert refusal(tmp_path, "optimizer.lr_scaling=table", f"++{table}") is None

@@ -60,8 +60,10 @@ def _missing_option(err: MissingConfigException) -> str:
 def _unknown_key(err: Exception, cause) -> str:
     override = _append_hint(err) or cause.full_key
     owner = cause.object_type
-    if not dataclasses.is_dataclass(owner):  # a free-form dict such as model.kwargs takes new keys with +
-        return f"{override}: '{cause.key}' is a new key there. Add it with +{override}."
+    if not dataclasses.is_dataclass(owner):
+        # A typed mapping such as optimizer.lr_table: ++ adds its keys, or replaces the whole
+        # mapping (a + would be refused there, the mapping itself being a known key).
+        return f"{override.lstrip('+')}: '{cause.key}' is a new key there. Add it with ++{override.lstrip('+')}."
     keys = [f.name for f in dataclasses.fields(owner)]
     group = cause.full_key.rpartition(".")[0]
     name = getattr(owner, "name", None)
