@@ -3,13 +3,15 @@ it registers; a multi-worker run trains with mixed precision; system metrics are
 
 Three real CLI runs: mirrored (Keras 3, mlflow.keras flavour, registered with an alias),
 multi_worker_mirrored on localhost (tf-keras Model.fit, mlflow.tensorflow flavour,
-mixed_float16) and parameter_server on localhost (the custom loop).
+mixed_float16, its progress streamed to the terminal) and parameter_server on localhost (the
+custom loop).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -28,8 +30,9 @@ RUNS = {
     "mirrored": ["strategy=mirrored", "devices.logical_cpus=2", "trainer.precision=mixed_bfloat16",
                  "tracking.system_metrics_interval_s=1",
                  "tracking.register_model=digits", "tracking.model_alias=champion"],
+    # With the progress shown: the run also serves the check of a cluster's terminal output.
     "multi_worker": ["strategy=multi_worker_mirrored", "cluster=localhost", "cluster.workers=2",
-                     "trainer.precision=mixed_float16", "tracking.system_metrics_interval_s=1"],
+                     "trainer.precision=mixed_float16", "tracking.system_metrics_interval_s=1", "trainer.progress=true"],
     "parameter_server": ["strategy=parameter_server", "cluster=localhost", "cluster.workers=2", "cluster.ps=1",
                          "trainer=ctl"],
 }
@@ -134,3 +137,20 @@ def test_system_metrics_one_series_per_task(runs):
         # A sample taken as the process starts holds the bare interpreter; one in training holds TensorFlow.
         assert max(value for _, value in samples) > 100
     assert done.history(f"system/worker-0/cpu_utilization_percentage")
+
+
+def test_a_cluster_run_streams_the_chiefs_epochs_and_names_the_logs(runs):
+    """cluster=localhost shows the chief's progress on the terminal while it trains, and says
+    where every task's log is."""
+    done = runs["multi_worker"]
+    assert done.proc.returncode == 0, done.proc.stdout + done.proc.stderr
+    lines = done.proc.stdout.splitlines()
+    named = [re.fullmatch(r"xpdist: cluster task logs in (\S+)/; worker:0's log follows", line) for line in lines]
+    (logs,) = [Path(found.group(1)) for found in named if found]
+    assert {p.name for p in logs.iterdir()} >= {"worker-0.log", "worker-1.log"}
+    # tf-keras Model.fit's epoch lines (verbose=2), from worker 0's log, before the closing summary.
+    epochs = [i for i, line in enumerate(lines) if re.match(r"\[worker:0\] Epoch [12]/2$", line)]
+    summary = next(i for i, line in enumerate(lines) if line.startswith("xpdist: run "))
+    assert len(epochs) == 2 and epochs[-1] < summary, done.proc.stdout
+    assert any(re.match(r"\[worker:0\] .*loss: ", line) for line in lines), done.proc.stdout
+    assert not any(line.startswith("[worker:1]") for line in lines)  # one task's lines: no interleaving
