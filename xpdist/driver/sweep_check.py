@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import List, Tuple
 
 from hydra import compose
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from xpdist.core.errors import ConfigError
-from xpdist.driver import preflight
+from xpdist.driver import hydra_private, preflight
 
 
 def job_overrides(config: DictConfig) -> List[List[str]]:
@@ -28,7 +27,7 @@ def job_overrides(config: DictConfig) -> List[List[str]]:
     hc = config.hydra
     params = [f"{key}={value}" for key, value in (hc.sweeper.get("params") or {}).items()]
     parsed = OverridesParser.create().parse_overrides(params + list(hc.overrides.task))
-    return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    return hydra_private.split_like_basic_sweeper(parsed)
 
 
 def rejected_jobs(config: DictConfig) -> List[Tuple[int, List[str], str]]:
@@ -37,7 +36,7 @@ def rejected_jobs(config: DictConfig) -> List[Tuple[int, List[str], str]]:
     Only for the basic sweeper (Hydra's default); another sweeper picks its jobs itself.
     """
     hc = config.hydra
-    if hc.sweeper._target_ != "hydra._internal.core_plugins.basic_sweeper.BasicSweeper":
+    if hc.sweeper._target_ != hydra_private.BASIC_SWEEPER:
         return []
     launch_dir = Path(hc.runtime.cwd)
     found = []

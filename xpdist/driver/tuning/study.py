@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from hydra.core.utils import JobStatus
 from omegaconf import DictConfig, OmegaConf
 
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import STUDY_FILE, SWEEP_FILE
-from xpdist.driver.tuning import plots, settings as settings_mod, space as space_mod
+from xpdist.driver import hydra_private
+from xpdist.driver.tuning import optuna_private, plots, settings as settings_mod, space as space_mod
 from xpdist.driver.tuning.checks import check_resume, reject, search_space
 from xpdist.driver.tuning.settings import Settings
 from xpdist.driver.tuning.trial import PRUNED_ATTR
@@ -84,7 +84,7 @@ class StudyRun:
         while job_idx < n_trials:
             trials = [study.ask(space.distributions) for _ in range(min(self.settings.n_jobs, n_trials - job_idx))]
             for offset, trial in enumerate(trials):
-                link["trials"][str(job_idx + offset)] = {"number": trial.number, "id": trial._trial_id}
+                link["trials"][str(job_idx + offset)] = {"number": trial.number, "id": optuna_private.trial_id(trial)}
             _write_json(self.sweep_dir / STUDY_FILE, link)
             batch = [space.overrides(trial.params) for trial in trials]
             try:
@@ -120,12 +120,12 @@ class StudyRun:
         """Tells Optuna how the trial's job ended: COMPLETE with its objective, PRUNED, or FAIL."""
         from optuna.trial import TrialState
 
-        result = ret._return_value if ret.status == JobStatus.COMPLETED else None
+        result = hydra_private.job_result(ret)
         run_id = getattr(result, "run_id", None)
         if run_id:
             trial.set_user_attr("mlflow_run_id", run_id)
         value = (getattr(result, "metrics", None) or {}).get(self.settings.objective)
-        if PRUNED_ATTR in study._storage.get_trial(trial._trial_id).user_attrs:
+        if PRUNED_ATTR in optuna_private.stored_user_attrs(study, trial):
             state, values = TrialState.PRUNED, None
         elif getattr(result, "status", None) == "FINISHED" and value is not None and math.isfinite(value):
             state, values = TrialState.COMPLETE, value
@@ -181,7 +181,8 @@ class StudyRun:
 
 def _why_failed(result, ret, objective: str) -> str:
     if result is None:
-        return f"the job raised {type(ret._return_value).__name__}: {ret._return_value}"
+        error = hydra_private.job_error(ret)
+        return f"the job raised {type(error).__name__}: {error}"
     if result.status != "FINISHED":
         return f"its run ended {result.status}: {result.error or 'no error recorded'}"
     known = ", ".join(sorted(result.metrics)) or "none"

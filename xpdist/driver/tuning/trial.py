@@ -23,6 +23,7 @@ from typing import Any, Dict, Optional
 from xpdist.core.jobdir import STUDY_FILE, JobDir, decode_metrics
 from xpdist.driver.launchers import process
 from xpdist.driver.launchers.outcome import Outcome
+from xpdist.driver.tuning import optuna_private
 from xpdist.driver.tuning.settings import Settings, pruner, storage
 from xpdist.tracking import store
 
@@ -83,7 +84,7 @@ class TrialWatch(threading.Thread):
         settings = Settings(**self.link["pruning"])
         study = optuna.load_study(study_name=self.link["study_name"], storage=storage(self.link["storage"]),
                                   pruner=pruner(settings))
-        return optuna.trial.Trial(study, self.link["trial"]["id"])
+        return optuna_private.open_trial(study, self.link["trial"]["id"])
 
     def _look(self) -> None:
         if not self.job.metrics.exists():
