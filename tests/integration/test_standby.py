@@ -72,11 +72,32 @@ def test_verbose_runs_in_a_task_that_shows_tensorflows_start_up_log(xpdist):
     assert "absl::InitializeLog" in run.stderr or re.search(r"^[IWE]\d{4} ", run.stderr, re.M), run.stderr
 
 
+# `python -m xpdist` whose process outlives the driver's exit: the driver ends with os._exit,
+# which here reports the code and keeps the process (the standby's parent) alive. A standby
+# dies with its parent anyway, so only while that parent lives does a check show that the
+# driver itself ended it.
+OUTLIVES_ITS_EXIT = """
+import os, sys, time
+def stay(code):
+    print(f"EXIT {code}", flush=True)
+    time.sleep(120)
+os._exit = stay
+from xpdist.__main__ import cli
+cli()
+"""
+
+
 def test_a_rejected_config_leaves_no_task_behind(xpdist):
-    run = xpdist.run("model=cnn", "dataset=synthetic_regression")  # refused after compose, in preflight
-    assert run.returncode == 2, run.stdout + run.stderr
-    time.sleep(1)  # far less than TensorFlow's import: a standby left waiting would still be there
-    assert standby_tasks(xpdist.workdir) == []
+    # refused after compose, in preflight
+    cmd = [sys.executable, "-c", OUTLIVES_ITS_EXIT, *TINY, "model=cnn", "dataset=synthetic_regression"]
+    proc = subprocess.Popen(cmd, cwd=xpdist.workdir, env=xpdist_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "EXIT 2"
+        assert proc.poll() is None  # the standby's parent still runs
+        assert standby_tasks(xpdist.workdir) == []
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_the_standby_task_goes_with_a_killed_driver(xpdist):

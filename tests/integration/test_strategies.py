@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.helpers import LOG_MODEL
+from tests.helpers import LOG_MODEL, TINY
 from tests.integration.harness import describe, git_checkout, run_many, store_template
 from xpdist.tracking.params import SUMMARY_PARAMS
 
@@ -102,8 +102,7 @@ def test_run_finished_with_the_summary_params(runs, name):
     tags = done.run.data.tags
     for key in ("strategy", "cross_ops", "communication", "cluster"):
         assert tags[key] == expected[key]
-    assert tags["xpdist.overrides"] == " ".join(["trainer.epochs=2", "trainer.progress=false"] + COMMON +
-                                                RUNS[name][0])
+    assert tags["xpdist.overrides"] == " ".join(TINY + COMMON + RUNS[name][0])
     assert "xpdist.error" not in tags
     if name == GIT_RUN:
         assert tags["mlflow.source.git.commit"] == done.commit
