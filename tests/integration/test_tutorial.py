@@ -9,8 +9,9 @@ The page's conventions, which this module reads:
 - a ```text block right after it (nothing but blank lines between) is its output: each
   non-empty line must appear in the real output, in that order, with numbers, run ids, dates
   and times free to differ (as they do between machines) and runs of spaces free to differ in
-  length (table columns); a line `...` marks lines left out. A block with no ```text block
-  after it must print nothing. The page shows the working directory as /home/me/tutorial.
+  length (table columns); a line `...` marks lines left out; a `final:` line may hold more
+  metrics than the page shows (a new metric must not break the page). A block with no
+  ```text block after it must print nothing. The page shows the working directory as /home/me/tutorial.
 
 `python -m tests.integration.test_tutorial` runs the page in a fresh directory and prints each
 block's real output, to paste from when the page changes.
@@ -85,6 +86,13 @@ def line_pattern(shown: str) -> re.Pattern:
     return re.compile(r"\s*" + r"\s+".join(tokens) + r"\s*")
 
 
+def _final_keys(line: str) -> Optional[set]:
+    """The metric names of a summary's `final: a=1, b=2` line, or None for another line."""
+    if not line.strip().startswith("final: "):
+        return None
+    return {item.split("=", 1)[0] for item in line.strip()[len("final: "):].split(", ")}
+
+
 def missing_lines(shown: str, output: str) -> List[str]:
     """The shown lines not found in the output, in order (each after the previous match)."""
     lines = output.splitlines()
@@ -92,8 +100,14 @@ def missing_lines(shown: str, output: str) -> List[str]:
     for want in shown.splitlines():
         if not want.strip() or want.strip() == "...":
             continue
-        pattern = line_pattern(want)
-        hit = next((i for i in range(at, len(lines)) if pattern.fullmatch(lines[i])), None)
+        pattern, keys = line_pattern(want), _final_keys(want)
+
+        def matches(line: str) -> bool:
+            if keys is not None:
+                return keys <= (_final_keys(line) or set())
+            return bool(pattern.fullmatch(line))
+
+        hit = next((i for i in range(at, len(lines)) if matches(lines[i])), None)
         if hit is None:
             missing.append(want)
         else:
@@ -146,6 +160,8 @@ def test_the_line_patterns_free_what_differs_between_runs():
     assert missing_lines("Epoch 1/2\n...\nxpdist: run default-1r FINISHED in 5.0 s",
                          "noise\nEpoch 1/2\n20/20\nxpdist: run default-1r FINISHED in 12.3 s") == []
     assert missing_lines("b\na", "a\nb") == ["a"]
+    assert missing_lines("  final: loss=0.1, mae=0.2", "  final: learning_rate=0.01, loss=0.3, mae=0.1") == []
+    assert missing_lines("  final: loss=0.1, mae=0.2", "  final: loss=0.3") == ["  final: loss=0.1, mae=0.2"]
     table = line_pattern("0    strategy=one_device  FINISHED  1         5             0.005941    12,697               1.89")
     assert table.fullmatch("0    strategy=one_device  FINISHED  1   5   0.0299  4561  23.7")
 
