@@ -69,6 +69,12 @@ def test_the_cli_prints_ok_and_the_plan_and_creates_nothing(xpdist):
     assert sorted(p.name for p in xpdist.workdir.iterdir()) == []
 
 
+def test_the_default_strategy_says_who_places_its_replica(xpdist):
+    proc = xpdist.run("--check", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "  replicas:      1 on the devices TensorFlow picks\n" in proc.stdout
+
+
 @pytest.mark.parametrize("overrides, key", [
     (["cross_ops=hierarchical"], "cross_ops"),
     (["tracking.register_model=bad/name:x"], "tracking.register_model"),

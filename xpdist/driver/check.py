@@ -83,8 +83,9 @@ def describe(cfg, plan: planning.Plan, uri: str) -> List[str]:
         batch = f"{plan.per_replica_batch_size} per replica x the TPU's replicas"
         rate = f"{cfg.optimizer.learning_rate} scaled by optimizer.lr_scaling={cfg.optimizer.lr_scaling}"
     else:
-        replicas = f"{plan.num_replicas}" + (f" on {', '.join(plan.devices)}" if plan.num_workers == 1 else
-                                             f" over {plan.num_workers} workers")
+        # strategy=default names no devices: TensorFlow places the ops itself.
+        where = f" on {', '.join(plan.devices)}" if plan.devices else " on the devices TensorFlow picks"
+        replicas = f"{plan.num_replicas}" + (where if plan.num_workers == 1 else f" over {plan.num_workers} workers")
         batch = f"{plan.global_batch_size} ({plan.per_replica_batch_size} per replica x {plan.num_replicas})"
         rate = f"{plan.learning_rate:g} (optimizer.lr_scaling={cfg.optimizer.lr_scaling})"
     epochs = cfg.trainer.epochs
