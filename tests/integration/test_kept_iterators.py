@@ -1,6 +1,6 @@
 """The training iterators of one-process strategies outlive the training call: destroying a
 strategy's multi-device iterator waits for tf.data's autotuner thread, which sleeps up to 60 s
-(the dead time after the last epoch; docs/performance.md)."""
+(the dead time after the last epoch; docs/performance-details.md)."""
 
 from __future__ import annotations
 
