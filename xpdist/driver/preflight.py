@@ -14,13 +14,10 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from xpdist.core import plan as planning
-from xpdist.core import schema, strategies
-from xpdist.core.clusterenv import check_tf_config, slurm_tasks
+from xpdist.core import data_sources, schema, strategies
 from xpdist.core.errors import ConfigError
-from xpdist.driver import data_checks, strategy_checks
+from xpdist.driver import data_checks, engines, strategy_checks, training_checks
 from xpdist.tracking import names
-
-MULTI_PROCESS_CLUSTERS = ("localhost", "tf_config", "slurm")
 
 
 def check(cfg, launch_dir: Path) -> planning.Plan:
@@ -45,6 +42,7 @@ def check(cfg, launch_dir: Path) -> planning.Plan:
     _check_precision(cfg)
     _check_model_logging(cfg)
     plan = planning.make_plan(cfg, launch_dir)
+    training_checks.check(cfg, plan)
     _check_xla(cfg, plan)
     _check_sizes(cfg, plan)
     return plan
@@ -65,53 +63,13 @@ def _check_strategy_options(cfg) -> None:
 
 
 def _check_cluster(cfg) -> None:
+    """The engine's own checks (cluster=...), then what the strategy asks of any cluster."""
     spec = strategies.of(cfg)
-    strategy, cluster, needs = spec.name, cfg.cluster.name, spec.needs
-    if needs.has_ps and cluster == "local":
-        raise ConfigError("cluster", cluster, f"{strategy} needs workers and parameter servers",
-                          "Use cluster=localhost (cluster.workers, cluster.ps), tf_config or slurm.")
-    if cluster in MULTI_PROCESS_CLUSTERS and not needs.multi_process:
-        clustered = " or ".join(strategies.names_where(lambda other: other.needs.multi_process))
-        raise ConfigError("cluster", cluster, f"strategy={strategy} runs in one process",
-                          f"Use cluster=local, or strategy={clustered}.")
-    if cluster == "localhost":
-        if cfg.cluster.workers < 1:
-            raise ConfigError("cluster.workers", cfg.cluster.workers, "a cluster needs at least one worker",
-                              "Set cluster.workers to 1 or more.")
-        if needs.has_ps and cfg.cluster.ps < 1:
-            raise ConfigError("cluster.ps", cfg.cluster.ps, f"{strategy} needs at least one parameter server",
-                              "Set cluster.ps to 1 or more.")
-        if cfg.cluster.max_restarts < 0:
-            raise ConfigError("cluster.max_restarts", cfg.cluster.max_restarts, "must be 0 or more",
-                              "Use 0 for no restart.")
-        if cfg.cluster.start_timeout_s <= 0:
-            raise ConfigError("cluster.start_timeout_s", cfg.cluster.start_timeout_s, "must be above 0",
-                              "Use e.g. 120 (seconds).")
-        if not needs.has_ps and cfg.cluster.ps:
-            with_ps = " or ".join(strategies.names_where(lambda other: other.needs.has_ps))
-            raise ConfigError("cluster.ps", cfg.cluster.ps, f"strategy={strategy} has no parameter servers",
-                              f"Drop cluster.ps or use strategy={with_ps}.")
-    if cluster == "tf_config":
-        check_tf_config(os.environ.get("TF_CONFIG"), strategy)
-    if cluster == "slurm":
-        _check_slurm(cfg, needs)
-    if needs.coordinator and cfg.trainer.name == "fit" and cfg.trainer.log_every_n_steps:
+    engines.of(cfg).preflight(cfg, spec.needs)
+    if spec.needs.coordinator and cfg.trainer.name == "fit" and cfg.trainer.log_every_n_steps:
         raise ConfigError("trainer.log_every_n_steps", cfg.trainer.log_every_n_steps,
-                          f"Model.fit under {strategy} refuses batch-level callbacks",
+                          f"Model.fit under {spec.name} refuses batch-level callbacks",
                           "Set trainer.log_every_n_steps=0 (epoch metrics are still logged).")
-
-
-def _check_slurm(cfg, needs: strategies.ClusterNeeds) -> None:
-    """SlurmClusterResolver reads SLURM_* variables that only srun sets."""
-    missing = [v for v in ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS") if v not in os.environ]
-    if missing:
-        raise ConfigError("cluster", "slurm", f"not started by srun ({' and '.join(missing)} unset)",
-                          "Run it with srun inside an sbatch job (see scripts/slurm.sbatch), or use cluster=localhost.")
-    tasks = slurm_tasks()
-    if needs.has_ps and tasks < cfg.cluster.ps + 2:
-        raise ConfigError("cluster.ps", cfg.cluster.ps, f"{cfg.strategy.name} under slurm needs a chief, cluster.ps "
-                          f"parameter servers and a worker, but srun started {tasks} task(s)",
-                          "Start more tasks (--ntasks) or lower cluster.ps.")
 
 
 def _check_devices(cfg) -> None:
@@ -185,33 +143,17 @@ def _check_xla(cfg, plan: planning.Plan) -> None:
                           "each worker's step.")
 
 
-# Data sets whose examples are images (height x width, with or without channels).
-IMAGE_DATASETS = ("synthetic_images", "digits", "mnist", "image_folder")
-
-
 def _check_model_fits_data(cfg, launch_dir: Path) -> None:
     """model=cnn convolves images; on flat feature vectors it would fail deep inside Keras."""
-    if cfg.model.name != "cnn" or cfg.dataset.name in IMAGE_DATASETS:
+    if cfg.model.name != "cnn":
         return
-    shape = "one feature vector per example"
-    if cfg.dataset.name == "custom":  # its shapes are known only once TensorFlow runs the function
+    shape = data_sources.of(cfg).input_shape(cfg, launch_dir)
+    if shape is None or len(shape) in (2, 3):  # None: only TensorFlow knows (a user's function)
         return
-    if cfg.dataset.name == "tfrecord":
-        inputs = [list(spec.get("shape", [])) for k, spec in cfg.dataset.features.items() if k != cfg.dataset.label]
-        if len(inputs) == 1 and len(inputs[0]) in (2, 3):
-            return
-        shape = f"input features of shapes {inputs}"
-    elif cfg.dataset.name == "npz":
-        import numpy as np
-
-        with np.load(planning.resolve_path(cfg.dataset.path, launch_dir)) as arrays:
-            example = arrays["x"].shape[1:]
-        if len(example) in (2, 3):
-            return
-        shape = f"examples of shape {tuple(example)}"
+    images = [name for name in data_sources.DATA_SOURCES if data_sources.get(name).images]
     raise ConfigError("model", "cnn", f"a conv net needs images (height x width [x channels]); "
-                      f"dataset={cfg.dataset.name} has {shape}",
-                      f"Use model=mlp or model=linear, or an image data set ({', '.join(IMAGE_DATASETS)}, npz).")
+                      f"dataset={cfg.dataset.name} has examples of shape {tuple(shape)}",
+                      f"Use model=mlp or model=linear, or an image data set ({', '.join(images)}).")
 
 
 def _check_model_target(cfg) -> None:
@@ -233,8 +175,11 @@ def _check_sizes(cfg, plan: planning.Plan) -> None:
         raise ConfigError(
             "dataset.per_replica_batch_size", plan.per_replica_batch_size,
             f"one global batch ({plan.per_replica_batch_size} x {plan.num_replicas} replicas = {plan.global_batch_size}) "
-            f"is larger than the {plan.num_train} training examples of dataset={cfg.dataset.name}",
-            "Lower the batch size or use more examples (dataset.num_examples).")
+            f"is larger than the {plan.num_train} training examples of dataset={cfg.dataset.name}"
+            + (f" ({plan.num_val} held back by dataset.validation_split={cfg.dataset.get('validation_split')})"
+               if plan.num_val else ""),
+            "Lower the batch size" + (" or dataset.validation_split" if plan.num_val else "")
+            + ", or use more examples (dataset.num_examples).")
     if plan.num_val and plan.num_val < plan.global_batch_size:
         raise ConfigError(
             "dataset.validation_split", cfg.dataset.validation_split,
