@@ -115,6 +115,19 @@ def render() -> str:
                 out.append(option_summary(group, name) + "\n")
                 out.extend(table(f"{group}.", cls, values))
                 out.append("")
+        for group, options in schema.MULTI_GROUPS.items():
+            out.append(f"## {group}\n")
+            out.append(f"Options: {', '.join(f'`{n}`' for n in options)}, several at once "
+                       f"(`{group}=[{','.join(list(options)[:2])}]`; default none). Each chosen option fills "
+                       f"its own key: `{group}.<option>.<key>`.\n")
+            for name, cls in options.items():
+                cfg = compose(config_name="config", overrides=[f"{group}=[{name}]"])
+                values = OmegaConf.to_container(cfg[group][name], enum_to_str=True)
+                out.append(f"### {group}={name}\n")
+                out.append(option_summary(group, name) + "\n")
+                rows = table(f"{group}.{name}.", cls, values)
+                out.extend(rows if len(rows) > 2 else ["No keys."])
+                out.append("")
     out.append("## Other keys\n")
     out.append("Keys outside the config groups, the same for every run.\n")
     out.extend(table("", schema.Config, defaults))

@@ -63,7 +63,7 @@ def test_every_option_composes(group, option):
 def test_the_primary_config_composes_with_the_documented_defaults():
     cfg = compose()
     assert [cfg[g].name for g in GROUPS] == ["default", "auto", "auto", "local", "linear", "synthetic_regression",
-                                             "sgd", "fit"]
+                                             "sgd", "fit", "auto", "constant"]
     assert cfg.seed == 42 and cfg.verbose is False and cfg.devices.logical_cpus == 1
 
 

@@ -19,6 +19,10 @@ def _keys():
         for name, cls in options.items():
             for f in dataclasses.fields(cls):
                 yield f"{group}={name}", f"{group}.{f.name}"
+    for group, options in schema.MULTI_GROUPS.items():
+        for name, cls in options.items():
+            for f in dataclasses.fields(cls):
+                yield f"{group}={name}", f"{group}.{name}.{f.name}"
     for key, cls in (("devices", schema.DevicesConfig), ("tracking", schema.TrackingConfig)):
         for f in dataclasses.fields(cls):
             yield "other", f"{key}.{f.name}"

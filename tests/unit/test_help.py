@@ -54,6 +54,8 @@ def test_help_lists_each_groups_default_first_and_the_launchers_and_sweeper(tmp_
         if isinstance(entry, dict):
             defaults.update({k: v for k, v in entry.items() if "/" not in k and not k.startswith("override")})
     assert defaults.pop("recipe") is None  # a recipe is never chosen by default...
+    assert defaults.pop("callbacks") == []  # several callbacks at once, none by default: a part of their own
+    assert re.search(r"^Callbacks \(callbacks=\[NAME,\.\.\.\]; several at once, none by default", out, re.M)
     groups_part = out.split("Groups (", 1)[1].split("\n\n", 1)[0]
     assert "default" in groups_part.splitlines()[0]
     for group, default in defaults.items():

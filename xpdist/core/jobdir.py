@@ -157,6 +157,8 @@ class TaskResult:
     # A FAILED task whose error a restart may cure (a network-type error); False for an
     # exception in user code, config or data.
     retryable: bool = False
+    # The epoch after which a callback (early_stopping) stopped training, or None.
+    stopped_early_at_epoch: Optional[int] = None
 
     def write(self, job: JobDir) -> None:
         _write_atomically(job.result, json.dumps(dataclasses.asdict(self), indent=2))

@@ -20,6 +20,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from xpdist.core import docs
 from xpdist.core.errors import ConfigError, did_you_mean
+from xpdist.core.schema_training import CALLBACKS, LOSSES, SCHEDULES, LossBase, ScheduleBase
 
 
 def _open_mapping() -> DictConfig:
@@ -435,6 +436,18 @@ class OptimizerBase:
     reference_batch_size: Optional[int] = None
     # lr_scaling=table: global batch size -> learning rate.
     lr_table: Dict[int, float] = field(default_factory=dict)
+    # Clip the gradients so that their global norm is at most this (null: no clipping).
+    global_clipnorm: Optional[float] = None
+    # Clip each gradient to this norm (null: no clipping).
+    clipnorm: Optional[float] = None
+    # Clip each gradient's values to [-clipvalue, clipvalue] (null: no clipping).
+    clipvalue: Optional[float] = None
+    # Decoupled weight decay per step, as a fraction of the learning rate (null: none).
+    weight_decay: Optional[float] = None
+    # Keep an exponential moving average of the weights and use it as the final weights.
+    use_ema: bool = False
+    # Apply the summed gradients of this many steps at once (null: every step; Keras 3 only).
+    gradient_accumulation_steps: Optional[int] = None
 
 
 @dataclass
@@ -448,6 +461,69 @@ class SgdOptimizer(OptimizerBase):
 class AdamOptimizer(OptimizerBase):
     name: str = "adam"
     learning_rate: float = 0.001
+
+
+@dataclass
+class MomentsOptimizer(OptimizerBase):
+    learning_rate: float = 0.001
+    # Decay rate of the first moment estimates.
+    beta_1: float = 0.9
+    # Decay rate of the second moment estimates.
+    beta_2: float = 0.999
+
+
+@dataclass
+class AdamWOptimizer(MomentsOptimizer):
+    name: str = "adamw"
+    weight_decay: Optional[float] = 0.004
+    # Added to the denominator for numerical stability.
+    epsilon: float = 1e-7
+
+
+@dataclass
+class LambOptimizer(MomentsOptimizer):
+    name: str = "lamb"
+    # Added to the denominator for numerical stability.
+    epsilon: float = 1e-6
+
+
+@dataclass
+class LionOptimizer(MomentsOptimizer):
+    name: str = "lion"
+    learning_rate: float = 0.0001
+    beta_2: float = 0.99
+
+
+@dataclass
+class RmspropOptimizer(OptimizerBase):
+    name: str = "rmsprop"
+    learning_rate: float = 0.001
+    # Decay rate of the moving average of squared gradients.
+    rho: float = 0.9
+    # Momentum.
+    momentum: float = 0.0
+    # Normalize by the gradients' estimated variance rather than their second moment.
+    centered: bool = False
+
+
+@dataclass
+class AdagradOptimizer(OptimizerBase):
+    name: str = "adagrad"
+    learning_rate: float = 0.001
+    # Starting value of the per-parameter accumulators.
+    initial_accumulator_value: float = 0.1
+
+
+@dataclass
+class CustomOptimizer(OptimizerBase):
+    name: str = "custom"
+    learning_rate: float = 0.001
+    # Dotted path of a Keras optimizer class, called with learning_rate (the schedule, if
+    # any), the shared keys that are set, and `kwargs`; a `keras.` path is taken from the
+    # run's Keras (Keras 3 or tf-keras).
+    _target_: str = "keras.optimizers.Adamax"
+    # Keyword arguments for the class. Add one with optimizer.kwargs.NAME=VALUE.
+    kwargs: Dict[str, Any] = field(default_factory=_open_mapping)
 
 
 # ---- trainer -------------------------------------------------------------------------------
@@ -480,6 +556,10 @@ class TrainerBase:
     log_every_n_steps: int = 0
     # Print a progress bar.
     progress: bool = True
+    # Keras metrics recorded each epoch, for training and (as val_NAME) validation: Keras
+    # identifiers such as [auc, binary_accuracy, precision], or {_target_: CLASS, KEY: VALUE}
+    # entries. Empty: mae (regression) or accuracy (classification).
+    metrics: List[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -541,6 +621,11 @@ class Config:
     dataset: DatasetBase = MISSING
     optimizer: OptimizerBase = MISSING
     trainer: TrainerBase = MISSING
+    loss: LossBase = MISSING
+    schedule: ScheduleBase = MISSING
+    # Keras callbacks, several at once: callbacks=[early_stopping,terminate_on_nan]; each
+    # chosen option fills its own key (callbacks.early_stopping.patience=3).
+    callbacks: Dict[str, Any] = field(default_factory=dict)
     devices: DevicesConfig = field(default_factory=DevicesConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     # Keras flavour: auto, keras3 or legacy (tf-keras).
@@ -565,11 +650,16 @@ OPTIONS: Dict[str, Dict[str, type]] = {
     "model": _by_name(LinearModel, MlpModel, CnnModel, CustomModel),
     "dataset": _by_name(SyntheticRegressionDataset, SyntheticImagesDataset, DigitsDataset, NpzDataset,
                         MnistDataset, TfrecordDataset, ImageFolderDataset, CustomDataset),
-    "optimizer": _by_name(SgdOptimizer, AdamOptimizer),
+    "optimizer": _by_name(SgdOptimizer, AdamOptimizer, AdamWOptimizer, RmspropOptimizer, AdagradOptimizer,
+                          LionOptimizer, LambOptimizer, CustomOptimizer),
     "trainer": _by_name(FitTrainer, CtlTrainer),
+    "loss": LOSSES,
+    "schedule": SCHEDULES,
 }
-# The config groups, in the order they appear in conf/config.yaml.
+# The config groups of which one option is chosen, in the order they appear in conf/config.yaml.
 GROUPS = tuple(OPTIONS)
+# Groups of which several options are chosen at once: each option fills its own key of the group.
+MULTI_GROUPS: Dict[str, Dict[str, type]] = {"callbacks": CALLBACKS}
 # The prefix of the ConfigStore entry an option file extends: defaults: [base_<name>].
 SCHEMA_PREFIX = "base_"
 
@@ -586,6 +676,9 @@ def register_configs() -> None:
     for group, options in OPTIONS.items():
         for name, cls in options.items():
             store.store(group=group, name=SCHEMA_PREFIX + name, node=cls)
+    for group, options in MULTI_GROUPS.items():
+        for name, cls in options.items():  # conf/callbacks/x.yaml fills callbacks.x
+            store.store(group=group, name=SCHEMA_PREFIX + name, node={name: cls})
 
 
 def fields_of(cls: type) -> List[str]:
@@ -608,6 +701,12 @@ def check_keys(config: Mapping[str, Any]) -> None:
     _refuse_unknown(config, Config, "", "the config")
     for key, cls in (("devices", DevicesConfig), ("tracking", TrackingConfig)):
         _refuse_unknown(config[key], cls, f"{key}.", key)
+    for group, options in MULTI_GROUPS.items():
+        for name, value in config[group].items():
+            if name not in options:
+                raise ConfigError(f"{group}.{name}", value, f"{group} has no option {name}",
+                                  f"Choose among {group}=[{','.join(options)}].")
+            _refuse_unknown(value, options[name], f"{group}.{name}.", f"{group}={name}")
     for group, options in OPTIONS.items():
         name = config[group].get("name")
         if name not in options:

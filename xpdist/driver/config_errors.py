@@ -20,7 +20,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationErr
 
 from xpdist.core import docs
 from xpdist.core.errors import did_you_mean
-from xpdist.core.schema import SCHEMA_PREFIX
+from xpdist.core.schema import MULTI_GROUPS, SCHEMA_PREFIX
 
 # Hydra's own errors about a bad config: a missing option, a bad key or value, a bad override.
 COMPOSE_ERRORS = (ConfigCompositionException, OverrideParseException)
@@ -41,6 +41,9 @@ def one_line(err: Exception) -> str:
         return _wrong_value(err, cause)
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and cause.full_key:
         return _unknown_key(err, cause)
+    missing = _missing_multi_option(err)
+    if missing:
+        return missing
     multiple = re.match(r"Multiple values for (\S+)\. To override a value use 'override \S+: (\S+)'", str(err))
     if multiple:  # `+group=option` for a group the defaults list already has
         group, option = multiple.groups()
@@ -60,6 +63,9 @@ def _missing_option(err: MissingConfigException) -> str:
 def _unknown_key(err: Exception, cause) -> str:
     override = _append_hint(err) or cause.full_key
     owner = cause.object_type
+    chosen_only = _unchosen_option(cause.full_key)
+    if chosen_only:
+        return f"{override.lstrip('+')}: {chosen_only}"
     if not dataclasses.is_dataclass(owner):
         # A typed mapping such as optimizer.lr_table: ++ adds its keys, or replaces the whole
         # mapping (a + would be refused there, the mapping itself being a known key).
@@ -70,6 +76,27 @@ def _unknown_key(err: Exception, cause) -> str:
     where = f"{group}={name}" if group and isinstance(name, str) else (group or "the config")
     hint = did_you_mean(cause.key, keys, f"{group}." if group else "")
     return f"{override}: {where} has no key '{cause.key}'.{hint} Its keys are: {', '.join(keys)} (see {docs.page()})."
+
+
+def _unchosen_option(full_key: str) -> str:
+    """Why `callbacks.early_stopping.patience=3` fails when early_stopping was not chosen."""
+    group, _, rest = full_key.partition(".")
+    option = rest.partition(".")[0]
+    if group not in MULTI_GROUPS or option not in MULTI_GROUPS[group]:
+        return ""
+    return (f"{group}.{option} exists only when {option} is chosen. "
+            f"Choose it too: {group}=[{option}] (several: {group}=[{','.join(MULTI_GROUPS[group])}]).")
+
+
+def _missing_multi_option(err: Exception) -> str:
+    """`callbacks=[early_stoping]`: Hydra names no options for a list of a group."""
+    found = re.search(r"Could not load '([\w/]+)/(\w+)'", str(err))
+    if not found or found.group(1) not in MULTI_GROUPS:
+        return ""
+    group, option = found.groups()
+    options = list(MULTI_GROUPS[group])
+    return (f"{group}=[{option}]: there is no such {group} option.{did_you_mean(option, options, '')} "
+            f"Use some of: {', '.join(options)}.")
 
 
 def _wrong_value(err: Exception, cause: ValidationError) -> str:

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from xpdist.core import datafiles
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
-from xpdist.core.jobdir import JobDir, JobSpec, RunReady
+from xpdist.core.jobdir import JobDir, JobSpec, RunReady, TaskResult
 from xpdist.core.plan import RESOLVED_BY_TASK, Plan, resolved_at_run_time
 from xpdist.core.taskenv import LAUNCHED_AT_ENV
 from xpdist.driver import launchers, preflight, requeue, resume
@@ -150,6 +150,7 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
         _log_resolved(uri, result.run_id, job, plan, result)
         if outcome.restarts:
             store.set_tags(uri, result.run_id, {"xpdist.restarts": str(outcome.restarts)})
+        _tag_stopped_early(uri, result.run_id, job)
         _log_outputs(uri, result.run_id, job, plain.tracking, result.ok)
     except process.Interrupted as err:
         with process.signals_deferred():  # a second Ctrl-C must not leave the run RUNNING
@@ -277,6 +278,13 @@ def _creation_params(config: Dict[str, Any], plan: Plan) -> Dict[str, str]:
         for key in RESOLVED_BY_TASK:
             params.pop(key, None)
     return params
+
+
+def _tag_stopped_early(uri: str, run_id: str, job: JobDir) -> None:
+    """xpdist.stopped_early_at_epoch: a callback (early_stopping) ended training before trainer.epochs."""
+    task = TaskResult.read(job)
+    if task is not None and task.stopped_early_at_epoch is not None:
+        store.set_tags(uri, run_id, {"xpdist.stopped_early_at_epoch": str(task.stopped_early_at_epoch)})
 
 
 def _log_resolved(uri: str, run_id: str, job: JobDir, plan: Plan, result: JobResult) -> None:

@@ -54,13 +54,13 @@ def main(argv=None) -> int:
     prepare_environment(cfg, spec.plan)
     signal.signal(signal.SIGTERM, _raise_interrupt)
 
-    def write(status: str, error: str = None, may_retry: bool = False) -> None:
+    def write(status: str, error: str = None, may_retry: bool = False, stopped_at: int = None) -> None:
         if cluster.is_chief:  # on a full disk the exit code tells the driver instead
             with contextlib.suppress(OSError):
-                TaskResult(status, error, process_started_at(), may_retry).write(job)
+                TaskResult(status, error, process_started_at(), may_retry, stopped_at).write(job)
 
     try:
-        runner.run(cfg, spec, job, cluster)
+        stopped_at = runner.run(cfg, spec, job, cluster)
     except KeyboardInterrupt:
         write("KILLED", "interrupted")
         return EXIT_INTERRUPTED
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
         if failure.disk_full(err):
             return EXIT_DISK_FULL
         return EXIT_RETRYABLE if may_retry else EXIT_FAILED
-    write("FINISHED")
+    write("FINISHED", stopped_at=stopped_at)
     return 0
 
 

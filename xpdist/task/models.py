@@ -1,4 +1,4 @@
-"""Models (`model` options), losses and optimizers, for Keras 3 and tf-keras alike.
+"""Models (`model` options) and optimizers, for Keras 3 and tf-keras alike (losses: losses.py).
 
 Builders take `keras`, which is `tf.keras`: Keras 3, or tf-keras when TF_USE_LEGACY_KERAS=1
 was set before TensorFlow was imported. They only use API both flavours share.
@@ -132,28 +132,47 @@ def build_model(keras, cfg, input_shape, num_outputs):
     return MODELS.get(cfg.model.name)(keras, cfg, input_shape, num_outputs)
 
 
-# optimizer option -> builder(keras, options, learning_rate); the rate is the plan's (scaled).
+# optimizer option -> builder(keras, options, learning_rate); the rate is the plan's (scaled),
+# or a schedule of it (xpdist.task.schedules).
 OPTIMIZERS = Registry("optimizer")
+# optimizer option -> its Keras class; the option's keys, those of the plan aside, are its arguments.
+_KERAS_OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop", "adagrad": "Adagrad",
+                     "lion": "Lion", "lamb": "Lamb"}
+# Keys read by the plan (the learning rate and its scaling) or by the custom option itself.
+_NOT_ARGUMENTS = ("name", "learning_rate", "lr_scaling", "reference_batch_size", "lr_table", "_target_", "kwargs")
 
 
-@OPTIMIZERS.register("sgd")
-def _sgd(keras, opt, learning_rate: float):
-    return keras.optimizers.SGD(learning_rate=learning_rate, momentum=opt.momentum)
+def optimizer_arguments(opt) -> Dict[str, Any]:
+    """The option's keys that go to the Keras optimizer; a null shared key is left to Keras."""
+    return {k: v for k, v in opt.items() if k not in _NOT_ARGUMENTS and v is not None}
 
 
-@OPTIMIZERS.register("adam")
-def _adam(keras, opt, learning_rate: float):
-    return keras.optimizers.Adam(learning_rate=learning_rate)
+def _keras_optimizer(class_name: str):
+    def build(keras, opt, learning_rate):
+        cls = getattr(keras.optimizers, class_name, None)
+        if cls is None:  # preflight refuses these first (optimizer=lamb under tf-keras)
+            raise ValueError(f"optimizer={opt.name}: the run's Keras has no keras.optimizers.{class_name}")
+        return cls(learning_rate=learning_rate, **optimizer_arguments(opt))
+
+    return build
 
 
-def build_optimizer(keras, cfg, learning_rate: float):
+for _option, _class in _KERAS_OPTIMIZERS.items():
+    OPTIMIZERS.register(_option)(_keras_optimizer(_class))
+
+
+@OPTIMIZERS.register("custom")
+def _custom_optimizer(keras, opt, learning_rate):
+    """optimizer._target_: a Keras optimizer class, with the shared keys and optimizer.kwargs."""
+    from xpdist.task.targets import flavour, resolve
+
+    cls = resolve(keras, opt._target_, "optimizer._target_")
+    if not (isinstance(cls, type) and issubclass(cls, keras.optimizers.Optimizer)):
+        raise TypeError(f"optimizer._target_={opt._target_} is not an optimizer: give a keras.optimizers.Optimizer "
+                        f"subclass of the run's Keras ({flavour(keras)}).")
+    return cls(learning_rate=learning_rate, **optimizer_arguments(opt), **dict(opt.kwargs))
+
+
+def build_optimizer(keras, cfg, learning_rate):
+    """The run's optimizer; learning_rate is a number or a Keras LearningRateSchedule."""
     return OPTIMIZERS.get(cfg.optimizer.name)(keras, cfg.optimizer, learning_rate)
-
-
-def loss_and_metrics(keras, kind: str, reduction: str = "sum_over_batch_size") -> Dict[str, Any]:
-    """The loss and metrics of a task kind (regression: mse, mae; classification: accuracy)."""
-    if kind == "classification":
-        return {"loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction),
-                "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
-    return {"loss": keras.losses.MeanSquaredError(reduction=reduction),
-            "metrics": [keras.metrics.MeanAbsoluteError(name="mae")]}

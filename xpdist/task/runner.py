@@ -11,14 +11,14 @@ import shutil
 import signal
 import tempfile
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 from xpdist.core import strategies as core_strategies
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.jobdir import JobDir, JobSpec, MetricFile, RunReady
 from xpdist.core.plan import Plan, resolved_at_run_time, with_replicas
 from xpdist.core.registry import Registry
-from xpdist.task import boot, data, export, models, precision, strategies
+from xpdist.task import boot, data, export, models, precision, schedules, strategies
 from xpdist.task.train import ctl, fit, ps_ctl
 from xpdist.task.train.common import TrainContext
 
@@ -65,11 +65,13 @@ def build_context(tf, cfg, spec: JobSpec, strategy, job: JobDir, cluster: Cluste
     with strategy.scope():
         model = models.build_model(keras, cfg, arrays.input_shape, arrays.num_outputs)
         model = precision.float32_output(keras, cfg, model)
-        optimizer = precision.wrap_optimizer(keras, cfg, models.build_optimizer(keras, cfg, plan.learning_rate))
+        learning_rate = schedules.build(keras, cfg, plan)  # the plan's rate, or a schedule of it
+        optimizer = precision.wrap_optimizer(keras, cfg, models.build_optimizer(keras, cfg, learning_rate))
     logger = MetricFile(job.metrics) if cluster.is_chief else None
     logged = set(logger.steps_with("epoch_time_s")) | set(spec.logged_epochs) if logger is not None else set()
     return TrainContext(tf=tf, keras=keras, cfg=cfg, plan=plan, strategy=strategy, model=model, optimizer=optimizer,
-                        arrays=arrays, job=job, cluster=cluster, logger=logger, logged_epochs=logged)
+                        arrays=arrays, job=job, cluster=cluster, logger=logger, logged_epochs=logged,
+                        schedule=learning_rate if callable(learning_rate) else None)
 
 
 # trainer option -> its training loop.
@@ -147,17 +149,20 @@ def wait_for_chief_to_leave(address, poll_s: float = 2.0, grace_s: float = 10.0)
         time.sleep(poll_s)
 
 
-def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> None:
+def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> Optional[int]:
     """Trains as cfg says; the chief's epoch metrics and summary figures go to the metric file.
 
     Under a coordinator (parameter_server) only the chief trains; worker and ps tasks serve.
+
+    Returns:
+        The epoch after which a callback stopped training (model.stop_training), or None.
     """
     plan = spec.plan
     tf = start_tensorflow(cfg)
     resolver = strategies.server(tf, cfg)
     if resolver is not None:
         serve(tf, resolver, job)
-        return
+        return None
     strategy = build_strategy(tf, cfg, plan)
     job.mark_ready(cluster.file_name)
     if resolved_at_run_time(plan):  # the batch and learning rate follow the replicas TensorFlow found
@@ -176,3 +181,11 @@ def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> None:
         ctx.logger.add(summary, step=int(cfg.trainer.epochs))  # not len(history): a resumed run has fewer
         ctx.logger.flush()
     save_outputs(ctx)
+    return stopped_early_at(ctx)
+
+
+def stopped_early_at(ctx: TrainContext) -> Optional[int]:
+    """The last epoch trained when a callback stopped training before trainer.epochs, else None."""
+    if ctx.last_epoch is not None and ctx.last_epoch < int(ctx.cfg.trainer.epochs):
+        return ctx.last_epoch
+    return None

@@ -48,7 +48,16 @@ def option_params(config: Dict[str, Any]) -> Dict[str, str]:
     params = flatten(used)
     for key in SUMMARY_PARAMS:
         params.pop(f"{key}.name", None)
+    params.update(callback_params(config))
     return params
+
+
+def callback_params(config: Dict[str, Any]) -> Dict[str, str]:
+    """`callbacks`: the chosen callbacks options, comma-separated ("none": none), so a run
+    with a callback of no keys (terminate_on_nan) says so; their keys come from flatten."""
+    chosen = list(config.get("callbacks") or {})
+    return {"callbacks": ",".join(chosen) or "none",
+            **{f"callbacks.{name}": "on" for name in chosen if not config["callbacks"][name]}}
 
 
 def run_params(config: Dict[str, Any], plan: Plan, extra: Optional[Dict[str, Any]] = None) -> Dict[str, str]:

@@ -12,6 +12,7 @@ from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.jobdir import JobDir
 from xpdist.core.plan import Plan
 from xpdist.core.taskenv import LAUNCHED_AT_ENV
+from xpdist.task.schedules import current_rate
 
 
 @dataclass
@@ -33,6 +34,10 @@ class TrainContext:
     logged_epochs: Set[int] = field(default_factory=set)
     # time.time() when the first training step (or execution of steps) had finished.
     first_step_at: Optional[float] = None
+    # The last epoch recorded (1-based): below trainer.epochs when a callback stopped training.
+    last_epoch: Optional[int] = None
+    # The learning-rate schedule the optimizer was built with (None: a constant rate).
+    schedule: Optional[Any] = None
 
     def step_done(self) -> None:
         """Called after every training call; remembers when the first one finished."""
@@ -51,7 +56,8 @@ class TrainContext:
 
 def record_epoch(ctx: TrainContext, epoch: int, logs: Dict[str, float], train_s: float, epoch_s: float,
                  steps: int) -> Dict[str, float]:
-    """Adds timing to an epoch's metrics, logs them to MLflow (step = epoch number) and keeps them.
+    """Adds timing and the learning rate to an epoch's metrics, logs them to MLflow (step = epoch
+    number) and keeps them.
 
     Args:
         train_s: seconds spent on the epoch's training steps (examples_per_sec counts these).
@@ -60,6 +66,8 @@ def record_epoch(ctx: TrainContext, epoch: int, logs: Dict[str, float], train_s:
     metrics = {k: float(v) for k, v in logs.items()}
     metrics["epoch_time_s"] = epoch_s
     metrics["examples_per_sec"] = steps * ctx.plan.global_batch_size / train_s if train_s > 0 else 0.0
+    metrics["learning_rate"] = current_rate(ctx.optimizer, ctx.schedule)  # the epoch's last step's
+    ctx.last_epoch = epoch
     if ctx.logger is not None and epoch not in ctx.logged_epochs:
         ctx.logger.add(metrics, step=epoch)
         ctx.logger.flush()
@@ -115,6 +123,13 @@ def build_optimizer(ctx: TrainContext) -> None:
         return
     with ctx.strategy.scope():
         ctx.optimizer.build(variables)
+
+
+def finalize_weights(ctx: TrainContext) -> None:
+    """optimizer.use_ema: the moving averages become the weights, as Model.fit does at its end."""
+    if ctx.cfg.optimizer.use_ema:
+        with ctx.strategy.scope():
+            ctx.optimizer.finalize_variable_values(ctx.model.trainable_variables)
 
 
 def checkpoint_manager(ctx: TrainContext, **extra):

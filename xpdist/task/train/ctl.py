@@ -1,7 +1,9 @@
 """trainer=ctl: a custom training loop (tf.function + strategy.run).
 
 Per-example losses are averaged over the global batch and regularization losses scaled by
-the number of replicas, so the summed gradients equal single-device training's.
+the number of replicas, so the summed gradients equal single-device training's. Metrics are
+Keras metric objects made under the strategy's scope: their variables sum over replicas
+(and workers) when read. The chosen callbacks' epoch hooks run after each epoch is recorded.
 """
 
 from __future__ import annotations
@@ -10,21 +12,22 @@ import sys
 import time
 from typing import Dict
 
+from xpdist.task.callbacks import EpochHooks
 from xpdist.task.data import replica_batches_fn
-from xpdist.task.models import loss_and_metrics
+from xpdist.task.losses import build_loss, build_metrics
 from xpdist.task.precision import jit_compile, scaled_loss, unscaled_gradients
-from xpdist.task.train.common import (TrainContext, build_optimizer, checkpoint_manager, final_metrics, keep_iterators,
-                                      record_epoch, restore_latest)
+from xpdist.task.train.common import (TrainContext, build_optimizer, checkpoint_manager, final_metrics,
+                                      finalize_weights, keep_iterators, record_epoch, restore_latest)
 
 
 class _Loop:
     def __init__(self, ctx: TrainContext):
         self.ctx = ctx
         tf, strategy = ctx.tf, ctx.strategy
-        spec = loss_and_metrics(ctx.keras, ctx.arrays.kind, reduction="none")
-        self.loss_fn = spec["loss"]
-        self.metric_name = spec["metrics"][0].name
-        self.classification = ctx.arrays.kind == "classification"
+        self.loss_fn = build_loss(ctx.keras, ctx.cfg, ctx.arrays.kind, reduction="none")
+        with strategy.scope():  # sum-on-read variables: each replica adds its own part
+            self.metrics = build_metrics(ctx.keras, ctx.cfg, ctx.arrays.kind)
+            self.val_metrics = build_metrics(ctx.keras, ctx.cfg, ctx.arrays.kind)
         self.global_batch = ctx.plan.global_batch_size
         self.spe = ctx.plan.steps_per_execution
         # As Keras' own train step: XLA compiles the per-replica step, not the function that
@@ -37,13 +40,14 @@ class _Loop:
         self.SUM = tf.distribute.ReduceOp.SUM
         self.strategy = strategy
 
-    def _metric_sum(self, y, outputs):
-        """Per-replica sum of the metric over the batch (accuracy hits or absolute errors)."""
-        tf = self.ctx.tf
-        if self.classification:
-            predicted = tf.cast(tf.argmax(outputs, axis=-1), y.dtype)
-            return tf.reduce_sum(tf.cast(tf.equal(tf.reshape(y, [-1]), predicted), tf.float32))
-        return tf.reduce_sum(tf.reduce_mean(tf.abs(tf.cast(y, outputs.dtype) - outputs), axis=-1))
+    @staticmethod
+    def results(metrics, prefix: str = "") -> Dict[str, float]:
+        return {prefix + m.name: float(m.result()) for m in metrics}
+
+    @staticmethod
+    def reset(metrics) -> None:
+        for metric in metrics:
+            metric.reset_state()
 
     def _replica_step(self, x, y):
         tf, model = self.ctx.tf, self.ctx.model
@@ -56,18 +60,18 @@ class _Loop:
             scaled = scaled_loss(self.ctx.optimizer, loss)
         grads = unscaled_gradients(self.ctx.optimizer, tape.gradient(scaled, model.trainable_variables))
         self.ctx.optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss, self._metric_sum(y, outputs)
+        for metric in self.metrics:
+            metric.update_state(y, outputs)
+        return loss
 
     def _train_steps(self, iterator, count):
         """Runs `count` steps (a tensor, so one trace serves every count) inside one call."""
         tf = self.ctx.tf
         loss_total = tf.constant(0.0)
-        metric_total = tf.constant(0.0)
         for _ in tf.range(count):
-            loss, metric = self.strategy.run(self.replica_step, args=next(iterator))
+            loss = self.strategy.run(self.replica_step, args=next(iterator))
             loss_total += self.strategy.reduce(self.SUM, loss, axis=None)
-            metric_total += self.strategy.reduce(self.SUM, metric, axis=None)
-        return loss_total, metric_total
+        return loss_total
 
     def _eval_step(self, x, y):
         def replica(x, y):
@@ -76,10 +80,12 @@ class _Loop:
             loss = tf.nn.compute_average_loss(self.loss_fn(y, outputs), global_batch_size=self.global_batch)
             if model.losses:
                 loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
-            return loss, self._metric_sum(y, outputs)
+            for metric in self.val_metrics:
+                metric.update_state(y, outputs)
+            return loss
 
-        loss, metric = self.strategy.run(replica, args=(x, y))
-        return self.strategy.reduce(self.SUM, loss, axis=None), self.strategy.reduce(self.SUM, metric, axis=None)
+        loss = self.strategy.run(replica, args=(x, y))
+        return self.strategy.reduce(self.SUM, loss, axis=None)
 
 
 def train(ctx: TrainContext) -> Dict[str, float]:
@@ -102,33 +108,34 @@ def train(ctx: TrainContext) -> Dict[str, float]:
     # Skip the batches of completed epochs so a resumed run sees the data it would have seen.
     for _ in range(int(epoch_var.numpy()) * steps):
         next(iterator)
-    name = loop.metric_name
+    names = [m.name for m in loop.metrics]
     # The bar redraws itself with terminal escapes: on a pipe or in a log file the epoch line below is enough.
     show_bar = cfg.trainer.progress and ctx.chief and sys.stdout.isatty()
+    hooks = EpochHooks(ctx)
+    hooks.train_begin()
     for epoch in range(int(epoch_var.numpy()), cfg.trainer.epochs):
-        bar = ctx.keras.utils.Progbar(steps, stateful_metrics=["loss", name]) if show_bar else None
+        hooks.epoch_begin(epoch)
+        bar = ctx.keras.utils.Progbar(steps, stateful_metrics=["loss", *names]) if show_bar else None
         start = time.perf_counter()
-        done, loss_sum, metric_sum = 0, 0.0, 0.0
+        loop.reset(loop.metrics)
+        done, loss_sum = 0, 0.0
         while done < steps:
             ran = min(loop.spe, steps - done)
-            loss_total, metric_total = loop.train_step(iterator, tf.constant(ran))
+            loss_total = loop.train_step(iterator, tf.constant(ran))
             done += ran
             loss_sum += float(loss_total)
             ctx.step_done()
-            metric_sum += float(metric_total)
             if ctx.logger is not None and cfg.trainer.log_every_n_steps and done % cfg.trainer.log_every_n_steps < ran:
                 ctx.logger.add({"batch_loss": float(loss_total) / ran}, step=epoch * steps + done)
             if bar is not None:
-                bar.update(done, [("loss", loss_sum / done), (name, metric_sum / (done * plan.global_batch_size))])
+                bar.update(done, [("loss", loss_sum / done), *loop.results(loop.metrics).items()])
         train_s = time.perf_counter() - start
-        logs = {"loss": loss_sum / steps, name: metric_sum / (steps * plan.global_batch_size)}
+        logs = {"loss": loss_sum / steps, **loop.results(loop.metrics)}
         if val_dataset is not None:
-            val_loss, val_metric = 0.0, 0.0
-            for x, y in val_dataset:
-                loss, metric = loop.eval_step(x, y)
-                val_loss, val_metric = val_loss + float(loss), val_metric + float(metric)
+            loop.reset(loop.val_metrics)
+            val_loss = sum(float(loop.eval_step(x, y)) for x, y in val_dataset)
             logs["val_loss"] = val_loss / plan.validation_steps
-            logs[f"val_{name}"] = val_metric / (plan.validation_steps * plan.global_batch_size)
+            logs.update(loop.results(loop.val_metrics, "val_"))
         # Logged before the checkpoint: a restart after the save must not leave a gap in
         # the run's metrics (a restart before it redoes the epoch, which is not logged twice).
         record_epoch(ctx, epoch + 1, logs, train_s, time.perf_counter() - start, steps)
@@ -138,5 +145,9 @@ def train(ctx: TrainContext) -> Dict[str, float]:
         if ctx.chief:
             shown = " - ".join(f"{k}: {v:.4f}" for k, v in logs.items())
             print(f"Epoch {epoch + 1}/{cfg.trainer.epochs} - {train_s:.2f}s - {shown}", flush=True)
+        if hooks.epoch_end(epoch, logs):  # every worker sees the same logs, so all stop together
+            break
+    hooks.train_end()
+    finalize_weights(ctx)
     return final_metrics(ctx)
 

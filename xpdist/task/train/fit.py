@@ -7,7 +7,8 @@ from typing import Dict
 
 from xpdist.core import strategies
 from xpdist.task.data import global_batches, worker_batches
-from xpdist.task.models import loss_and_metrics
+from xpdist.task import callbacks as user_callbacks
+from xpdist.task.losses import build_loss, build_metrics
 from xpdist.task.precision import jit_compile
 from xpdist.task.train.common import (TrainContext, checkpoint_manager, final_metrics, keep_iterators, record_epoch,
                                       resume_epoch)
@@ -75,6 +76,8 @@ def _callbacks(ctx: TrainContext):
             self._manager.save(checkpoint_number=epoch + 1)
 
     callbacks = [StepLoss() if every else MlflowEpochs()]
+    # The chosen callbacks, after the epoch is recorded: its learning_rate is the one it trained with.
+    callbacks += user_callbacks.build(keras, ctx.cfg)
     if not strategies.get(ctx.plan.strategy).needs.coordinator:  # its Model.fit refuses batch-level callbacks
         callbacks.append(FirstStep())
     _, manager = checkpoint_manager(ctx)
@@ -99,8 +102,8 @@ def train(ctx: TrainContext) -> Dict[str, float]:
 
     tf, cfg, plan, arrays = ctx.tf, ctx.cfg, ctx.plan, ctx.arrays
     with ctx.strategy.scope():  # metric variables too: tf-keras refuses metrics made outside it
-        spec = loss_and_metrics(ctx.keras, arrays.kind)
-        ctx.model.compile(optimizer=ctx.optimizer, loss=spec["loss"], metrics=spec["metrics"],
+        ctx.model.compile(optimizer=ctx.optimizer, loss=build_loss(ctx.keras, cfg, arrays.kind),
+                          metrics=build_metrics(ctx.keras, cfg, arrays.kind),
                           steps_per_execution=plan.steps_per_execution, jit_compile=_jit_compile(ctx))
     train_ds = global_batches(tf, arrays.x_train, arrays.y_train, cfg, plan, training=True)
     initial_epoch = resume_epoch(ctx)

@@ -12,28 +12,24 @@ import contextlib
 import time
 from typing import Dict
 
+from xpdist.task.callbacks import EpochHooks
 from xpdist.task.data import global_batches, worker_batches
-from xpdist.task.models import loss_and_metrics
+from xpdist.task.losses import build_loss, build_metrics
 from xpdist.task.precision import jit_compile, scaled_loss, unscaled_gradients
-from xpdist.task.train.common import (TrainContext, build_optimizer, checkpoint_manager, final_metrics, record_epoch,
-                                      restore_latest)
+from xpdist.task.train.common import (TrainContext, build_optimizer, checkpoint_manager, final_metrics,
+                                      finalize_weights, record_epoch, restore_latest)
 
 
 def train(ctx: TrainContext) -> Dict[str, float]:
     tf, cfg, plan, arrays, strategy = ctx.tf, ctx.cfg, ctx.plan, ctx.arrays, ctx.strategy
     model, optimizer = ctx.model, ctx.optimizer
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-    spec = loss_and_metrics(ctx.keras, arrays.kind, reduction="none")
-    loss_fn, name = spec["loss"], spec["metrics"][0].name
-    classification = arrays.kind == "classification"
+    loss_fn = build_loss(ctx.keras, cfg, arrays.kind, reduction="none")
+    with strategy.scope():  # on the parameter servers: every worker's steps add to them
+        metrics = build_metrics(ctx.keras, cfg, arrays.kind)
+    val_metrics = build_metrics(ctx.keras, cfg, arrays.kind)  # validation runs on the coordinator
     global_batch = plan.global_batch_size
     build_optimizer(ctx)  # slot variables must exist before steps run on workers
-
-    def metric_sum(y, outputs):
-        if classification:
-            predicted = tf.cast(tf.argmax(outputs, axis=-1), y.dtype)
-            return tf.reduce_sum(tf.cast(tf.equal(tf.reshape(y, [-1]), predicted), tf.float32))
-        return tf.reduce_sum(tf.reduce_mean(tf.abs(tf.cast(y, outputs.dtype) - outputs), axis=-1))
 
     def batch_loss(y, outputs):
         loss = tf.nn.compute_average_loss(loss_fn(y, outputs), global_batch_size=global_batch)
@@ -48,20 +44,23 @@ def train(ctx: TrainContext) -> Dict[str, float]:
             scaled = scaled_loss(optimizer, loss)
         grads = unscaled_gradients(optimizer, tape.gradient(scaled, model.trainable_variables))
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss, metric_sum(y, outputs)
+        for metric in metrics:
+            metric.update_state(y, outputs)
+        return loss
 
     step = tf.function(replica_step, jit_compile=True) if jit_compile(cfg) else replica_step  # as in ctl
 
     @tf.function
     def train_step(iterator):
-        loss, metric = strategy.run(step, args=next(iterator))
-        SUM = tf.distribute.ReduceOp.SUM
-        return strategy.reduce(SUM, loss, axis=None), strategy.reduce(SUM, metric, axis=None)
+        loss = strategy.run(step, args=next(iterator))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
 
     @tf.function
     def eval_step(x, y):
         outputs = model(x, training=False)
-        return batch_loss(y, outputs), metric_sum(y, outputs)
+        for metric in val_metrics:
+            metric.update_state(y, outputs)
+        return batch_loss(y, outputs)
 
     @tf.function
     def per_worker_dataset_fn():
@@ -77,7 +76,12 @@ def train(ctx: TrainContext) -> Dict[str, float]:
     if manager is not None:  # resume after a cluster restart
         restore_latest(ctx, checkpoint)
     steps = plan.steps_per_epoch
+    hooks = EpochHooks(ctx)
+    hooks.train_begin()
     for epoch in range(int(epoch_var.numpy()), cfg.trainer.epochs):
+        hooks.epoch_begin(epoch)
+        for metric in metrics + val_metrics:
+            metric.reset_state()
         start = time.perf_counter()
         results = [coordinator.schedule(train_step, args=(iterator,)) for _ in range(steps)]
         with contextlib.suppress(tf.errors.UnavailableError):  # done, its value lost with its worker (_fetched)
@@ -86,18 +90,22 @@ def train(ctx: TrainContext) -> Dict[str, float]:
         coordinator.join()
         train_s = time.perf_counter() - start
         fetched = _fetched(tf, results)
-        logs = {"loss": sum(float(l) for l, _ in fetched) / len(fetched),
-                name: sum(float(m) for _, m in fetched) / (len(fetched) * global_batch)}
+        logs = {"loss": sum(float(l) for l in fetched) / len(fetched),
+                **{m.name: float(m.result()) for m in metrics}}
         if val_ds is not None:
-            val = [eval_step(x, y) for x, y in val_ds]
-            logs["val_loss"] = sum(float(l) for l, _ in val) / len(val)
-            logs[f"val_{name}"] = sum(float(m) for _, m in val) / (len(val) * global_batch)
+            val = [float(eval_step(x, y)) for x, y in val_ds]
+            logs["val_loss"] = sum(val) / len(val)
+            logs.update({f"val_{m.name}": float(m.result()) for m in val_metrics})
         record_epoch(ctx, epoch + 1, logs, train_s, time.perf_counter() - start, steps)  # before the save: no gap
         epoch_var.assign(epoch + 1)
         if manager is not None:
             manager.save(checkpoint_number=epoch + 1)
         shown = " - ".join(f"{k}: {v:.4f}" for k, v in logs.items())
         print(f"Epoch {epoch + 1}/{cfg.trainer.epochs} - {train_s:.2f}s - {shown}", flush=True)
+        if hooks.epoch_end(epoch, logs):
+            break
+    hooks.train_end()
+    finalize_weights(ctx)
     return final_metrics(ctx)
 
 

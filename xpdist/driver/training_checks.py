@@ -1,0 +1,122 @@
+"""Preflight of the training pieces (loss, trainer.metrics, optimizer, schedule, callbacks).
+
+Without TensorFlow: a `_target_` is looked up (its top-level package found, nothing run),
+lengths are compared with the plan's epochs, and what one Keras flavour lacks is refused
+with the flavour named. A metric name is checked in the task, by Keras itself.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+
+from xpdist.core import plan as planning
+from xpdist.core.errors import ConfigError
+from xpdist.core.schema_training import chosen_callbacks
+
+# Optimizer options and keys that tf-keras (keras=legacy) lacks.
+_KERAS3_ONLY_OPTIMIZERS = ("lamb",)
+_KERAS3_ONLY_KEYS = ("gradient_accumulation_steps",)
+_FLAVOURS = {"keras3": "Keras 3", "legacy": "tf-keras"}
+
+
+def check(cfg, plan: planning.Plan) -> None:
+    """Raises ConfigError for the first training piece that cannot run as configured."""
+    _check_targets(cfg)
+    _check_optimizer(cfg, plan)
+    _check_schedule(cfg)
+    _check_callbacks(cfg, plan)
+
+
+def _target(key: str, target: str, fix: str) -> None:
+    """A `keras.` path is looked up in the run's Keras by the task; another path's top-level
+    package must be found here (importlib.util.find_spec runs no code, as for model._target_)."""
+    target = str(target)
+    if target.startswith("keras."):
+        return
+    top = target.split(".")[0]
+    if "." not in target or not top:
+        raise ConfigError(key, target or '""', "it is not a dotted path (module.Class)", fix)
+    if importlib.util.find_spec(top) is None:
+        raise ConfigError(key, target, f"no module '{top}' can be imported here", fix)
+
+
+def _check_targets(cfg) -> None:
+    if cfg.loss.name == "custom":
+        _target("loss._target_", cfg.loss._target_,
+                "Give module.Class of a keras.losses.Loss subclass, or module.function(y_true, y_pred).")
+    if cfg.optimizer.name == "custom":
+        _target("optimizer._target_", cfg.optimizer._target_,
+                "Give module.Class of a Keras optimizer, e.g. keras.optimizers.Adamax.")
+    if "custom" in cfg.callbacks:
+        _target("callbacks.custom._target_", cfg.callbacks.custom._target_,
+                "Give module.Class of a keras.callbacks.Callback subclass.")
+    for entry in cfg.trainer.metrics:
+        if isinstance(entry, Mapping):
+            if "_target_" not in entry:
+                raise ConfigError("trainer.metrics", dict(entry), "an entry is an identifier or has a _target_",
+                                  "Use e.g. trainer.metrics=[auc] or [{_target_: keras.metrics.AUC, from_logits: true}].")
+            _target("trainer.metrics._target_", entry["_target_"], "Give module.Class of a keras.metrics.Metric subclass.")
+        elif not isinstance(entry, str) or not entry:
+            raise ConfigError("trainer.metrics", entry, "an entry is a Keras metric identifier or a _target_ mapping",
+                              "Use e.g. trainer.metrics=[auc,binary_accuracy].")
+
+
+def _check_optimizer(cfg, plan: planning.Plan) -> None:
+    opt, flavour = cfg.optimizer, _FLAVOURS.get(plan.keras, plan.keras)
+    if plan.keras == "legacy" and opt.name in _KERAS3_ONLY_OPTIMIZERS:
+        raise ConfigError("optimizer", opt.name, f"{flavour}, which this run uses, has no {opt.name} optimizer",
+                          "Use optimizer=adamw, or a strategy and trainer that run on Keras 3 (keras=keras3).")
+    for key in _KERAS3_ONLY_KEYS:
+        if plan.keras == "legacy" and opt.get(key) is not None:
+            raise ConfigError(f"optimizer.{key}", opt[key], f"{flavour}, which this run uses, has no {key}",
+                              f"Drop optimizer.{key}, or use a strategy and trainer that run on Keras 3.")
+    for key in ("global_clipnorm", "clipnorm", "clipvalue", "weight_decay"):
+        if opt.get(key) is not None and opt[key] < 0:
+            raise ConfigError(f"optimizer.{key}", opt[key], "must be 0 or more", "Use null for none.")
+    clips = [key for key in ("global_clipnorm", "clipnorm", "clipvalue") if opt.get(key) is not None]
+    if len(clips) > 1:  # Keras refuses more than one at construction
+        raise ConfigError(f"optimizer.{clips[1]}", opt[clips[1]], f"Keras takes one clipping key, and "
+                          f"optimizer.{clips[0]} is set", "Set only one of global_clipnorm, clipnorm, clipvalue.")
+    steps = opt.get("gradient_accumulation_steps")
+    if steps is not None and steps < 1:
+        raise ConfigError("optimizer.gradient_accumulation_steps", steps, "must be 1 or more", "Use null for none.")
+
+
+def _check_schedule(cfg) -> None:
+    opt, epochs = cfg.schedule, cfg.trainer.epochs
+    warmup = opt.get("warmup_epochs", 0.0)
+    if warmup < 0:
+        raise ConfigError("schedule.warmup_epochs", warmup, "must be 0 or more", "Use 0 for no warmup.")
+    if warmup >= epochs:
+        raise ConfigError("schedule.warmup_epochs", warmup, f"the warmup would last the whole training "
+                          f"(trainer.epochs={epochs})", "Use fewer warmup epochs or more trainer.epochs.")
+    decay = opt.get("decay_epochs")
+    if decay is not None and decay <= 0:
+        raise ConfigError("schedule.decay_epochs", decay, "must be above 0", "Use null for the rest of training.")
+    if decay is not None and opt.name != "exponential" and warmup + decay > epochs:
+        raise ConfigError("schedule.decay_epochs", decay, f"warmup ({warmup}) and decay are longer than training "
+                          f"(trainer.epochs={epochs})", "Shorten it, or use null for the rest of training.")
+    if opt.name == "piecewise":
+        bounds = list(opt.boundaries)
+        if len(opt.factors) != len(bounds) + 1:
+            raise ConfigError("schedule.factors", list(opt.factors), f"needs one factor more than the "
+                              f"{len(bounds)} boundaries", "Give len(boundaries)+1 factors, e.g. [1, 0.1] for [2].")
+        if bounds != sorted(bounds) or any(b <= 0 or b >= epochs for b in bounds):
+            raise ConfigError("schedule.boundaries", bounds, f"boundaries must rise and fall inside training "
+                              f"(0 < epoch < trainer.epochs={epochs})", "Give rising epochs within training.")
+
+
+def _check_callbacks(cfg, plan: planning.Plan) -> None:
+    for name in chosen_callbacks(cfg.callbacks):
+        monitor = cfg.callbacks[name].get("monitor")
+        if monitor and monitor.startswith("val_") and not plan.validation_steps:
+            raise ConfigError(f"callbacks.{name}.monitor", monitor, "this run has no validation data",
+                              f"Set dataset.validation_split (e.g. 0.2), or callbacks.{name}.monitor=loss.")
+        if cfg.callbacks[name].get("mode", "auto") not in ("auto", "min", "max"):
+            raise ConfigError(f"callbacks.{name}.mode", cfg.callbacks[name].mode, "must be auto, min or max",
+                              f"Use callbacks.{name}.mode=auto.")
+    if "reduce_lr_on_plateau" in cfg.callbacks and cfg.schedule.name != "constant":
+        raise ConfigError("callbacks", "reduce_lr_on_plateau", f"schedule={cfg.schedule.name} sets the learning rate "
+                          "at every step, which ReduceLROnPlateau cannot change",
+                          "Use schedule=constant with it, or drop reduce_lr_on_plateau.")
