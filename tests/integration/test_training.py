@@ -1,0 +1,112 @@
+"""Declared training pieces in real runs, read back with MlflowClient (issue 23's proof, small).
+
+- The issue's user program: a binary classifier with one logit (tests/userpkg/data.binary,
+  outside xpdist) trained with `loss=binary_crossentropy loss.from_logits=true
+  trainer.metrics=[auc] optimizer=adamw schedule=cosine schedule.warmup_epochs=1
+  callbacks=[early_stopping]` as written, under mirrored (fit and ctl) and
+  multi_worker_mirrored on 2 localhost workers (ctl): FINISHED, auc, val_auc and
+  learning_rate at every epoch, and the warmup visible in learning_rate.
+- fit and ctl end with the same weights (1e-5) under one_device with a warmup schedule,
+  global_clipnorm and weight decay.
+- early stopping ends a run FINISHED with the tag xpdist.stopped_early_at_epoch.
+Six runs, two at a time: about a minute and a half on 2 cores.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.helpers import LOG_MODEL
+from tests.integration.harness import describe, run_many, store_template
+from tests.integration.test_cluster import assert_nothing_left
+
+pytestmark = pytest.mark.slow
+
+BINARY = ["dataset=custom", "dataset._target_=tests.userpkg.data.binary", "dataset.num_examples=256",
+          "dataset.num_validation_examples=64", "dataset.per_replica_batch_size=16", "model=mlp",
+          "model.hidden_units=[8]", "trainer.epochs=3"]
+# The issue's overrides, exactly as a user types them.
+ISSUE = ["loss=binary_crossentropy", "loss.from_logits=true", "trainer.metrics=[auc]", "optimizer=adamw",
+         "schedule=cosine", "schedule.warmup_epochs=1", "callbacks=[early_stopping]"]
+MIRRORED = ["strategy=mirrored", "devices.logical_cpus=2"]
+MWMS = ["strategy=multi_worker_mirrored", "cluster=localhost", "cluster.workers=2"]
+# fit vs ctl: regression with noise (batch order matters), L2 on the linear model, and every
+# optimizer piece that acts on the update.
+EQUIVALENCE = ["strategy=one_device", "seed=7", "dataset.noise=0.1", "dataset.num_examples=64",
+               "dataset.per_replica_batch_size=8", "trainer.epochs=3", "optimizer=adamw", "optimizer.learning_rate=0.05",
+               "optimizer.weight_decay=0.01", "optimizer.global_clipnorm=0.5", "schedule=polynomial",
+               "schedule.warmup_epochs=1", "schedule.warmup_start=0.005", LOG_MODEL]
+# validation loss must fall by 10 to count: the first epoch sets the best, the second stops.
+STOPS = [*BINARY, "trainer.epochs=4", "callbacks=[early_stopping]", "callbacks.early_stopping.min_delta=10"]
+
+CLUSTER_RUNS = {"issue-mwms-ctl"}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("training")
+    commands = {
+        "issue-mirrored-fit": [*BINARY, *MIRRORED, *ISSUE],
+        "issue-mirrored-ctl": [*BINARY, *MIRRORED, *ISSUE, "trainer=ctl"],
+        "issue-mwms-ctl": [*BINARY, *MWMS, *ISSUE, "trainer=ctl", f"hydra.run.dir={root}/issue-mwms-ctl/job"],
+        "equivalence-fit": EQUIVALENCE,
+        "equivalence-ctl": [*EQUIVALENCE, "trainer=ctl"],
+        "early-stop-fit": STOPS,
+    }
+    done = run_many(root, store_template(root / "template"), commands)
+    done["issue-mwms-ctl"].job_dir = root / "issue-mwms-ctl" / "job"
+    return done
+
+
+def _check_issue_run(done, epochs: int = 3) -> None:
+    assert done.proc.returncode == 0 and done.run.info.status == "FINISHED", describe(done)
+    params = done.run.data.params
+    assert (params["loss.name"], params["loss.from_logits"], params["trainer.metrics"]) == \
+        ("binary_crossentropy", "True", "['auc']")
+    assert (params["schedule.name"], params["callbacks"]) == ("cosine", "early_stopping")
+    stopped = done.run.data.tags.get("xpdist.stopped_early_at_epoch")
+    last = int(stopped) if stopped else epochs
+    for metric in ("loss", "auc", "val_loss", "val_auc", "learning_rate"):
+        history = done.history(metric)
+        assert [step for step, _ in history] == list(range(1, last + 1)), (metric, history)
+    assert all(0 <= value <= 1 for _, value in done.history("auc") + done.history("val_auc"))
+    rates = [value for _, value in done.history("learning_rate")]
+    # 8 steps per epoch (256 / 32): the warmup's last step is 7/8 of the peak 1e-3, then cosine decay.
+    assert rates[0] == pytest.approx(0.001 * 7 / 8, rel=1e-4), rates
+    assert all(b < a for a, b in zip(rates[1:], rates[2:])), rates
+
+
+@pytest.mark.parametrize("name", ["issue-mirrored-fit", "issue-mirrored-ctl"])
+def test_the_issue_program_trains_under_mirrored(runs, name):
+    _check_issue_run(runs[name])
+    assert runs[name].run.data.params["num_replicas"] == "2"
+
+
+@pytest.mark.cluster
+def test_the_issue_program_trains_under_multi_worker_mirrored_on_localhost(runs):
+    done = runs["issue-mwms-ctl"]
+    _check_issue_run(done)
+    assert (done.run.data.params["num_replicas"], done.run.data.params["cluster"]) == ("2", "localhost")
+    assert_nothing_left(done.job_dir)
+
+
+def test_fit_and_ctl_end_with_the_same_weights_with_warmup_clipping_and_weight_decay(runs):
+    fit, ctl = runs["equivalence-fit"], runs["equivalence-ctl"]
+    for done in (fit, ctl):
+        assert done.run.info.status == "FINISHED", describe(done)
+    for metric, rel in (("learning_rate", 1e-6), ("loss", 1e-5)):
+        got, want = ctl.history(metric), fit.history(metric)
+        assert [s for s, _ in got] == [s for s, _ in want] == [1, 2, 3], metric
+        assert [v for _, v in got] == pytest.approx([v for _, v in want], rel=rel), metric
+    reference, weights = fit.weights(), ctl.weights()
+    assert [w.shape for w in weights] == [w.shape for w in reference] and reference
+    for got, want in zip(weights, reference):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+def test_early_stopping_ends_the_run_finished_with_the_tag(runs):
+    done = runs["early-stop-fit"]
+    assert done.run.info.status == "FINISHED", describe(done)
+    assert done.run.data.tags["xpdist.stopped_early_at_epoch"] == "2"
+    assert [step for step, _ in done.history("val_loss")] == [1, 2]
