@@ -2,7 +2,13 @@
 
 The driver uses it to decide whether it records the run (only the chief's driver does) and
 how many workers the plan counts; the task uses it to decide whether it writes the shared
-outputs. Nothing else reads TF_CONFIG or SLURM_* for that.
+outputs, and how TensorFlow finds the cluster. Nothing else reads TF_CONFIG or SLURM_* for that.
+
+Which of them a process reads is its `cluster` option's `place` (a class attribute of its
+schema entry, xpdist/core/schema.py): one process reads nothing, TF_CONFIG_PLACE the TF_CONFIG
+variable, SLURM_PLACE the variables srun sets. An engine that starts its tasks another way
+names one of these places (Ray Train, for one, sets TF_CONFIG); none of this module knows
+the engines by name.
 """
 
 from __future__ import annotations
@@ -12,11 +18,13 @@ import json
 import os
 from typing import Dict, List, Mapping, Optional
 
-from xpdist.core import strategies
+from xpdist.core import schema, strategies
 from xpdist.core.errors import ConfigError
 
 # Job names TF_CONFIG may use.
 TF_CONFIG_JOBS = ("chief", "worker", "ps", "evaluator")
+# The places a cluster option's tasks learn their part from (schema.ClusterBase.place).
+ALONE_PLACE, TF_CONFIG_PLACE, SLURM_PLACE = "", "TF_CONFIG", "SLURM"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,11 +50,12 @@ class ClusterEnv:
     """This process's place in its cluster.
 
     Attributes:
-        kind: the cluster option: local, localhost, tf_config or slurm.
+        kind: the cluster option (cfg.cluster.name).
         task_type: chief, worker or ps ("worker" for a single process).
         task_index: the task's index within its type.
         num_workers: the tasks that compute (workers, and the chief where there is one).
         spec: TF_CONFIG's cluster (job -> addresses), when there is one.
+        place: what it was read from: ALONE_PLACE, TF_CONFIG_PLACE or SLURM_PLACE.
     """
 
     kind: str
@@ -54,6 +63,17 @@ class ClusterEnv:
     task_index: int = 0
     num_workers: int = 1
     spec: Optional[Dict[str, List[str]]] = None
+    place: str = ALONE_PLACE
+
+    @property
+    def in_cluster(self) -> bool:
+        """Its option runs tasks that talk to each other (even a cluster of one task)."""
+        return self.place != ALONE_PLACE
+
+    @property
+    def srun_started(self) -> bool:
+        """srun started the tasks: TensorFlow finds them with SlurmClusterResolver, not TF_CONFIG."""
+        return self.place == SLURM_PLACE
 
     @property
     def is_chief(self) -> bool:
@@ -72,22 +92,37 @@ class ClusterEnv:
 
     @classmethod
     def from_environ(cls, kind: str, environ: Mapping[str, str] = os.environ) -> "ClusterEnv":
-        """Reads TF_CONFIG (localhost, tf_config) or SLURM_* (slurm); local reads nothing.
+        """Reads what the option's place says (TF_CONFIG, SLURM_*, or nothing for one process).
 
         A malformed TF_CONFIG reads as a single task: preflight's check_tf_config reports it.
         """
-        if kind == "slurm":
-            return cls(kind, "worker", int(environ.get("SLURM_PROCID", "0") or 0), slurm_tasks(environ))
-        raw = environ.get("TF_CONFIG") if kind in ("localhost", "tf_config") else None
-        if not raw:
-            return cls(kind)
-        try:
-            config = json.loads(raw)
-            spec, task = dict(config["cluster"]), dict(config["task"])
-            workers = len(spec.get("worker", [])) + len(spec.get("chief", []))
-            return cls(kind, str(task["type"]), int(task["index"]), max(1, workers), spec)
-        except (ValueError, KeyError, TypeError):
-            return cls(kind)
+        option = schema.OPTIONS["cluster"].get(kind, schema.ClusterBase)
+        return _READERS[option.place](kind, environ)
+
+
+def _alone(kind: str, environ: Mapping[str, str]) -> ClusterEnv:
+    return ClusterEnv(kind)
+
+
+def _from_slurm(kind: str, environ: Mapping[str, str]) -> ClusterEnv:
+    return ClusterEnv(kind, "worker", int(environ.get("SLURM_PROCID", "0") or 0), slurm_tasks(environ),
+                      place=SLURM_PLACE)
+
+
+def _from_tf_config(kind: str, environ: Mapping[str, str]) -> ClusterEnv:
+    raw = environ.get("TF_CONFIG")
+    if not raw:
+        return ClusterEnv(kind, place=TF_CONFIG_PLACE)
+    try:
+        config = json.loads(raw)
+        spec, task = dict(config["cluster"]), dict(config["task"])
+        workers = len(spec.get("worker", [])) + len(spec.get("chief", []))
+        return ClusterEnv(kind, str(task["type"]), int(task["index"]), max(1, workers), spec, TF_CONFIG_PLACE)
+    except (ValueError, KeyError, TypeError):
+        return ClusterEnv(kind, place=TF_CONFIG_PLACE)
+
+
+_READERS = {ALONE_PLACE: _alone, TF_CONFIG_PLACE: _from_tf_config, SLURM_PLACE: _from_slurm}
 
 
 def slurm_tasks(environ: Mapping[str, str] = os.environ) -> int:

@@ -55,9 +55,11 @@ def keras_flavour(cfg) -> str:
 
 
 def num_workers(cfg) -> int:
-    if not strategies.of(cfg).needs.multi_process or cfg.cluster.name == "local":
+    """Worker processes: as many as an engine that starts them is told (its `workers` key), else
+    as many as the cluster that started this process says (ClusterEnv; 1 for one process)."""
+    if not strategies.of(cfg).needs.multi_process:
         return 1
-    if cfg.cluster.name == "localhost":
+    if "workers" in cfg.cluster:
         return cfg.cluster.workers
     return ClusterEnv.from_environ(cfg.cluster.name).num_workers
 

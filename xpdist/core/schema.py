@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, ClassVar, Dict, List, Mapping, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -217,6 +217,9 @@ class NcclCommunication(CommunicationBase):
 class ClusterBase:
     # Fixed by each option: choose another with cluster=NAME.
     name: str = MISSING
+    # Not a key: where each task learns its part of the cluster (core/clusterenv.py places):
+    # nothing to read for one process, the TF_CONFIG variable, or srun's SLURM_* variables.
+    place: ClassVar[str] = ""
 
 
 @dataclass
@@ -227,6 +230,7 @@ class LocalCluster(ClusterBase):
 @dataclass
 class LocalhostCluster(ClusterBase):
     name: str = "localhost"
+    place: ClassVar[str] = "TF_CONFIG"
     # Number of worker processes.
     workers: int = 2
     # Number of parameter-server processes (strategy=parameter_server only).
@@ -243,11 +247,13 @@ class LocalhostCluster(ClusterBase):
 @dataclass
 class TfConfigCluster(ClusterBase):
     name: str = "tf_config"
+    place: ClassVar[str] = "TF_CONFIG"
 
 
 @dataclass
 class SlurmCluster(ClusterBase):
     name: str = "slurm"
+    place: ClassVar[str] = "SLURM"
     # strategy=parameter_server: SLURM tasks after the chief that are parameter servers.
     ps: int = 0
 

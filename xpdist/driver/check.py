@@ -24,7 +24,7 @@ from typing import List
 from xpdist.core import plan as planning
 from xpdist.core import strategies
 from xpdist.core.errors import ConfigError
-from xpdist.driver import preflight
+from xpdist.driver import engines, preflight
 from xpdist.tracking import store
 
 FLAG = "--check"
@@ -97,21 +97,6 @@ def describe(cfg, plan: planning.Plan, uri: str) -> List[str]:
         f"  learning rate: {rate}",
         f"  steps:         {plan.steps_per_epoch} per epoch x {epochs} epochs = {plan.steps_per_epoch * epochs}"
         f" (data: {plan.num_train} training, {plan.num_val} validation examples of dataset={cfg.dataset.name})",
-        f"  tasks:         {_where(cfg, plan)}",
+        f"  tasks:         {engines.of(cfg).describe(cfg, plan)}",
         f"  run:           {plan.run_name} in experiment '{cfg.tracking.experiment}' at {uri}",
     ]
-
-
-def _where(cfg, plan: planning.Plan) -> str:
-    cluster = cfg.cluster.name
-    if cluster == "local":
-        return "cluster=local: one task process on this machine"
-    if cluster == "localhost":
-        needs = strategies.get(plan.strategy).needs
-        ps = cfg.cluster.ps if needs.has_ps else 0
-        chief = " a chief," if "chief" in needs.jobs else ""
-        return (f"cluster=localhost:{chief} {cfg.cluster.workers} worker(s)"
-                f"{f' and {ps} parameter server(s)' if ps else ''}, each a process on 127.0.0.1")
-    if cluster == "slurm":
-        return f"cluster=slurm: this SLURM task, one of the {plan.num_workers} worker(s) srun started"
-    return f"cluster={cluster}: this process, as the task TF_CONFIG names ({plan.num_workers} worker(s))"

@@ -25,7 +25,7 @@ from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir, JobSpec, RunReady, TaskResult
 from xpdist.core.plan import RESOLVED_BY_TASK, Plan, resolved_at_run_time
 from xpdist.core.taskenv import LAUNCHED_AT_ENV
-from xpdist.driver import launchers, preflight, requeue, resume
+from xpdist.driver import engines, preflight, requeue, resume
 from xpdist.driver.launchers import process
 from xpdist.driver.tuning.trial import TrialWatch
 from xpdist.tracking import heartbeat, reap, store
@@ -126,7 +126,9 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
 
     # The task starts now and imports TensorFlow while this process creates the MLflow run;
     # it waits for the run before its first training step (JobDir.run_ready).
-    recorder = _Recorder(uri, job, create, plain.tracking, relay_from_end=bool(reopened))
+    engine = engines.for_job(plain, plan, job)
+    recorder = _Recorder(uri, job, create, plain.tracking, relay_from_end=bool(reopened),
+                         task_pids=engine.task_pids)
     recorder.start()
     # A trial of an Optuna study (hydra/sweeper=optuna): its epochs are reported, a pruner may stop it.
     trial = TrialWatch.start_for(ctx.job_num, job)
@@ -134,7 +136,7 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
         env = process.task_env({"MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"})
         if ctx.job_num is not None:  # a standby task started before this job counts from the job's start
             env[LAUNCHED_AT_ENV] = repr(job_started_at)
-        outcome = launchers.run(plain, plan, job, env)
+        outcome = engines.launch(engine, env)
         try:
             result.run_id = recorder.finish()
         except Exception as err:  # nothing was trained: one line, like a bad config
@@ -206,9 +208,11 @@ class _Recorder(threading.Thread):
     is written to JobDir.run_ready, which the task waits for before it trains.
     """
 
-    def __init__(self, uri: str, job: JobDir, create: Callable[[], str], tracking, relay_from_end: bool = False):
+    def __init__(self, uri: str, job: JobDir, create: Callable[[], str], tracking, relay_from_end: bool = False,
+                 task_pids: Callable[[], Dict[str, int]] = dict):
         super().__init__(name="xpdist-recorder", daemon=True)
         self._uri, self._job, self._create, self._tracking = uri, job, create, tracking
+        self._task_pids = task_pids  # the engine's, for each task's system metrics
         self._heartbeat_s = tracking.heartbeat_s
         self._relay_from_end = relay_from_end  # the lines there were relayed by an earlier start
         self.run_id: Optional[str] = None
@@ -224,7 +228,7 @@ class _Recorder(threading.Thread):
             self.relay = MetricRelay(self._uri, self.run_id, self._job.metrics, from_end=self._relay_from_end)
             self.relay.start()
             if self._tracking is not None and self._tracking.system_metrics:
-                self.system = SystemMetrics(self._uri, self.run_id, self._job,
+                self.system = SystemMetrics(self._uri, self.run_id, self._task_pids,
                                             self._tracking.system_metrics_interval_s)
                 self.system.start()
         except BaseException as err:  # re-raised in the main thread by finish()
@@ -328,7 +332,7 @@ def _run_member(plain, plan: Plan, job: JobDir, cluster_env: ClusterEnv, result:
     training in place and creates no MLflow run; the chief's driver records the one run."""
     result.run_id = None
     result.task_name = cluster_env.task_name
-    outcome = launchers.run(plain, plan, job, process.task_env({"PYTHONUNBUFFERED": "1"}))
+    outcome = engines.launch(engines.for_job(plain, plan, job), process.task_env({"PYTHONUNBUFFERED": "1"}))
     result.status, result.error = outcome.status, outcome.error
     result.wall_time_s = time.monotonic() - started
     return result

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from xpdist.api import RESULT_FILE_ENV
 from xpdist.core.errors import ConfigError
 from xpdist.core.schema import register_configs
-from xpdist.driver import check, config_errors, job, standby, sweep
+from xpdist.driver import check, config_errors, engines, job, standby, sweep
 from xpdist.driver.launchers import process
 from xpdist.driver.tuning.space import quote_params_overrides
 from xpdist.tracking import store
@@ -43,7 +43,7 @@ def main(cfg: DictConfig) -> job.JobResult:
     if check.enabled():  # --check: the checks and the plan, no run (driver/check.py)
         return _check_only(cfg, Path(hc.runtime.cwd))
     multirun = hc.mode == RunMode.MULTIRUN
-    standby.keep_if(cfg.cluster.name == "local" and not cfg.verbose)
+    standby.keep_if(engines.of(cfg).keeps_standby and not cfg.verbose)
     ctx = job.JobContext(launch_dir=Path(hc.runtime.cwd), job_dir=Path(hc.runtime.output_dir),
                          overrides=list(hc.overrides.task))
     if multirun:
@@ -51,7 +51,7 @@ def main(cfg: DictConfig) -> job.JobResult:
     try:
         result = job.run(cfg, ctx)
     except process.Interrupted as err:
-        if multirun and _scheduled(hc) and getattr(err, "result", None) is not None:
+        if multirun and engines.schedules(hc.launcher) and getattr(err, "result", None) is not None:
             # SLURM cancelled or preempted this job alone (a user's Ctrl-C reaches the sweep's
             # own process): its run is closed KILLED, and the sweep goes on with the others.
             print(f"xpdist: interrupted by {err}; run closed as KILLED", file=sys.stderr)
@@ -90,11 +90,6 @@ def _check_only(cfg: DictConfig, launch_dir: Path) -> job.JobResult:
         _State.exit_code = 2
         return job.JobResult(status="REJECTED", error=str(err))
     return job.JobResult(status="CHECKED")
-
-
-def _scheduled(hc) -> bool:
-    """Whether a job scheduler (hydra/launcher=slurm) runs this sweep's jobs, apart from its driver."""
-    return "SlurmLauncher" in str(hc.launcher.get("_target_", ""))
 
 
 def _remove_rejected_output(ctx: job.JobContext) -> None:

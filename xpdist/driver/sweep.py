@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from xpdist.api import RESULT_FILE_ENV
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import SWEEP_FILE
-from xpdist.driver import hydra_private, preflight, standby, sweep_check
+from xpdist.driver import engines, hydra_private, preflight, standby, sweep_check
 from xpdist.report import summary
 from xpdist.tracking import heartbeat, reap, store
 
@@ -150,10 +150,10 @@ class SweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         hc = config.hydra
-        in_process = "BasicLauncher" in str(hc.launcher.get("_target_")) and \
+        in_process = hc.launcher.get("_target_") == hydra_private.BASIC_LAUNCHER and \
             hc.sweeper.get("_target_") == hydra_private.BASIC_SWEEPER
         # The jobs run here one after another: each gets a standby task (xpdist/driver/standby.py).
-        standby.keep_if(in_process and config.cluster.name == "local" and not config.verbose)
+        standby.keep_if(in_process and engines.of(config).keeps_standby and not config.verbose)
         _sweeper_preflight(config)
         uri = store.resolve_uri(config.tracking.uri, Path(hc.runtime.cwd))
         try:

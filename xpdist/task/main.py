@@ -33,7 +33,7 @@ def prepare_environment(cfg, plan: Plan) -> None:
     if not cfg.verbose:
         boot.quiet_tensorflow()
     os.environ["TF_USE_LEGACY_KERAS"] = "1" if plan.keras == "legacy" else "0"
-    if cfg.cluster.name != "local":
+    if ClusterEnv.from_environ(cfg.cluster.name).in_cluster:
         # gRPC keepalive on TensorFlow's channels: a peer whose link is cut (no reset, packets
         # dropped) fails its calls after about 20 s instead of the kernel's TCP timeout (~15 min),
         # so a parameter_server coordinator moves that worker's steps to the others.

@@ -7,8 +7,9 @@ which is the driver here, while training happens in task processes. Two kinds of
   `system/system_memory_usage_megabytes`, `system/gpu_0_utilization_percentage`, ...), as the
   UI's system metrics view expects: on a GPU machine these are what a user compares;
 - each task process of a multi-process cluster on this machine (`system/worker-0/...`), its
-  CPU and resident memory measured with psutil on the pids the localhost launcher records,
-  because every task shares the machine and the machine's figures cannot tell them apart.
+  CPU and resident memory measured with psutil on the pids its engine reports
+  (Engine.task_pids), because every task shares the machine and the machine's figures cannot
+  tell them apart.
 
 GPU figures need NVIDIA's management library (nvidia-ml-py) and a GPU; without either they
 are left out, which is not an error.
@@ -17,21 +18,26 @@ are left out, which is not an error.
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import threading
 import time
-from typing import Dict, List
-
-from xpdist.core.jobdir import JobDir
+from typing import Callable, Dict, List
 
 
 class SystemMetrics(threading.Thread):
-    """Samples every `interval_s` seconds until stop(); each sample is one log_batch call."""
+    """Samples every `interval_s` seconds until stop(); each sample is one log_batch call.
 
-    def __init__(self, uri: str, run_id: str, job: JobDir, interval_s: float):
+    Args:
+        uri: the tracking URI.
+        run_id: the run the samples go to.
+        task_pids: the job's live task processes by task name, asked at each sample (a
+            restarted cluster has new ones); empty for one task process.
+        interval_s: seconds between two samples.
+    """
+
+    def __init__(self, uri: str, run_id: str, task_pids: Callable[[], Dict[str, int]], interval_s: float):
         super().__init__(name="xpdist-system-metrics", daemon=True)
-        self._uri, self._run_id, self._job, self._interval = uri, run_id, job, float(interval_s)
+        self._uri, self._run_id, self._task_pids, self._interval = uri, run_id, task_pids, float(interval_s)
         self._stopped = threading.Event()
         self._warned = False
         self._procs: Dict[int, object] = {}  # psutil.Process by pid: cpu_percent needs the previous call's
@@ -78,10 +84,7 @@ class SystemMetrics(threading.Thread):
     def _tasks(self) -> Dict[str, float]:
         import psutil
 
-        try:
-            pids = json.loads(self._job.tasks.read_text())["pids"]
-        except (OSError, ValueError, KeyError):
-            return {}  # one task process (cluster=local): the machine's figures are its own
+        pids = self._task_pids()  # none for one task process: the machine's figures are its own
         figures: Dict[str, float] = {}
         for task, pid in pids.items():
             with contextlib.suppress(psutil.Error):

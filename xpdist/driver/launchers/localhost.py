@@ -1,4 +1,4 @@
-"""cluster=localhost: a real multi-process TensorFlow cluster on 127.0.0.1.
+"""cluster=localhost's processes: a real multi-process TensorFlow cluster on 127.0.0.1.
 
 Every task is its own `python -m xpdist.task <job dir>` process with its own TF_CONFIG and
 port, its output in <job dir>/logs/<type>-<index>.log. Separate processes, not in-process
@@ -11,7 +11,8 @@ restart may cure restarts the cluster while cluster.max_restarts allows (trainin
 from its recovery checkpoints): a task killed by a signal, lost (it did not start in time),
 or failed with a network-type error (outcome.may_retry). A Python exception in user code,
 config or data, or a full disk, is never retried: it would fail the same way again. Else it
-stops every task and reports "<task> failed: <its error>".
+stops every task and reports "<task> failed: <its error>". The restart policy and the
+engine's checks are xpdist/driver/engines/localhost.py; this module is its processes.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ import portpicker
 from xpdist.core import strategies
 from xpdist.core.clusterenv import TaskId as Task
 from xpdist.core.jobdir import JobDir
-from xpdist.driver.launchers import follow, process
-from xpdist.driver.launchers.outcome import Outcome, describe_exit, may_retry, outcome_from
+from xpdist.driver.launchers import process
+from xpdist.driver.launchers.outcome import describe_exit, may_retry
 
 # Seconds between two looks at the tasks.
 POLL_S = 0.25
@@ -122,7 +123,7 @@ class Cluster:
         with log:  # the child holds its own copy of the descriptor
             self.procs[task] = process.start(process.task_command(self.job.root), env, log)
         pids = {t.name: p.pid for t, p in self.procs.items()}
-        (self.job.cluster_state / "tasks.json").write_text(json.dumps({"attempt": self.attempt, "pids": pids}, indent=2))
+        self.job.tasks.write_text(json.dumps({"attempt": self.attempt, "pids": pids}, indent=2))
 
     def stop(self, first: int = signal.SIGTERM, grace_s: float = process.GRACE_S) -> None:
         process.stop(list(self.procs.values()), first=first, grace_s=grace_s)
@@ -184,51 +185,3 @@ class Cluster:
             while time.monotonic() < deadline and any(p.poll() is None for p in self.procs.values()):
                 time.sleep(POLL_S)
         self.stop(grace_s=FAILURE_GRACE_S)
-
-
-def run(cfg, job: JobDir, env: Dict[str, str]) -> Outcome:
-    """Runs the cluster to the end, restarting it up to cluster.max_restarts times."""
-    cluster = Cluster(cfg, job, env)
-    chief = Task(strategies.of(cfg).needs.chief_job, 0)
-    follower = follow.follow_chief(job.log_of(chief.file_name), chief.name, job.logs)
-    restarts = 0
-    try:
-        with process.signals_raise():
-            while True:
-                cluster.start()
-                try:
-                    code = cluster.watch()
-                except TaskFailed as failure:
-                    cluster.stop(signal.SIGKILL, grace_s=FAILURE_GRACE_S)
-                    if restarts >= cfg.cluster.max_restarts or not failure.retryable or process.aborted():
-                        return Outcome("FAILED", str(failure), restarts)
-                    restarts += 1
-                    _note(cluster, f"{failure}; restarting the cluster ({restarts}/{cfg.cluster.max_restarts})")
-                    continue
-                if code == 0:
-                    cluster.wait_others()
-                else:  # the others may be stuck in a collective with the dead chief
-                    cluster.stop(signal.SIGKILL, grace_s=FAILURE_GRACE_S)
-                outcome = outcome_from(job, code)
-                if (outcome.status == "FAILED" and restarts < cfg.cluster.max_restarts and code != 0
-                        and outcome.retryable and not process.aborted()):
-                    restarts += 1
-                    _note(cluster, f"{cluster.chief.name} failed: {outcome.error}; restarting the cluster "
-                                   f"({restarts}/{cfg.cluster.max_restarts})")
-                    continue
-                if outcome.status == "FAILED" and outcome.error:
-                    outcome.error = f"{cluster.chief.name} failed: {outcome.error}"
-                outcome.restarts = restarts
-                return outcome
-    except process.Interrupted:
-        cluster.stop(first=signal.SIGINT)
-        raise
-    finally:
-        cluster.stop(grace_s=FAILURE_GRACE_S)
-        follower.stop()
-
-
-def _note(cluster: Cluster, message: str) -> None:
-    print(f"xpdist: {message}", flush=True)
-    with open(cluster.job.log_of("launcher"), "a") as log:
-        log.write(message + "\n")

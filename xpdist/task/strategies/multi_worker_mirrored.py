@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xpdist.core.clusterenv import slurm_tasks
+from xpdist.core.clusterenv import ClusterEnv, slurm_tasks
 from xpdist.task.strategies._slurm import slurm_resolver
 
 # communication option -> the name of its tf.distribute.experimental.CommunicationImplementation.
@@ -17,7 +17,8 @@ def communication_options(tf, cfg):
 
 
 def build(tf, cfg, plan):
-    # Under SLURM every srun task is a worker; elsewhere TF_CONFIG describes the cluster.
-    resolver = slurm_resolver(tf, {"worker": slurm_tasks()}) if cfg.cluster.name == "slurm" else None
+    # Started by srun, every task is a worker; elsewhere TF_CONFIG describes the cluster.
+    srun = ClusterEnv.from_environ(cfg.cluster.name).srun_started
+    resolver = slurm_resolver(tf, {"worker": slurm_tasks()}) if srun else None
     return tf.distribute.MultiWorkerMirroredStrategy(
         cluster_resolver=resolver, communication_options=communication_options(tf, cfg))

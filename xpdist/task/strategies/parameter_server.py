@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from xpdist.core.clusterenv import slurm_tasks
+from xpdist.core.clusterenv import ClusterEnv, slurm_tasks
 from xpdist.task.strategies._slurm import slurm_resolver
 
 
 def cluster_resolver(tf, cfg):
     """The parameter_server cluster: from TF_CONFIG, or from SLURM's environment.
 
-    Under SLURM the tasks are laid out chief first (SLURM_PROCID 0, the coordinator), then
+    Tasks srun started are laid out chief first (SLURM_PROCID 0, the coordinator), then
     cluster.ps parameter servers, then workers.
     """
     resolvers = tf.distribute.cluster_resolver
-    if cfg.cluster.name != "slurm":
+    if not ClusterEnv.from_environ(cfg.cluster.name).srun_started:
         return resolvers.TFConfigClusterResolver()
     tasks = slurm_tasks()
     ps = max(1, int(cfg.cluster.ps))

@@ -83,7 +83,7 @@ def _callbacks(ctx: TrainContext):
     _, manager = checkpoint_manager(ctx)
     if manager is not None:
         callbacks.append(Checkpoints(manager))
-    if ctx.plan.cluster != "local":
+    if ctx.cluster.in_cluster:
         # Last, so an epoch is in MLflow before its backup: a restart then never leaves a
         # gap in the run's metrics (a redone epoch is not logged twice, see record_epoch).
         callbacks.append(keras.callbacks.BackupAndRestore(backup_dir=str(ctx.job.backup)))

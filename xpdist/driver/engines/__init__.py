@@ -1,0 +1,161 @@
+"""The engine seam: how a job's task processes start, are followed, stop, and end.
+
+Each module of this package (local.py, localhost.py, tf_config.py, slurm.py) is one `cluster`
+option and holds its `ENGINE`, an `Engine` subclass. The job (driver/job.py) makes one engine
+per job and hands it to `launch`, which starts the tasks with their environment, follows them
+to the chief's outcome, stops them on Ctrl-C or SIGTERM, and leaves none behind. Preflight,
+`--check`, the sweep (the standby task, a scheduler's jobs) and the system metrics ask the
+engine's class or instance; none of them compares the cluster option's name.
+
+Why a package of its own beside driver/launchers/: launchers/ is the process toolbox every
+engine shares (start a task in its own process group, stop it, follow a log, read a task's
+outcome, and localhost's multi-process Cluster); an engine is the policy that uses it. So a
+new engine is one module here, plus `conf/cluster/<name>.yaml` and its dataclass in
+xpdist/core/schema.py (OPTIONS["cluster"]), whose `place` says where its tasks read their
+part of the cluster (core/clusterenv.py). A user's own engine registers with
+`ENGINES.register("foo")(Foo)`.
+
+Example:
+    engine = engines.for_job(cfg, plan, job)
+    outcome = engines.launch(engine, env)
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from typing import ClassVar, Dict, Optional, Type
+
+from xpdist.core import strategies
+from xpdist.core.clusterenv import ClusterEnv
+from xpdist.core.errors import ConfigError
+from xpdist.core.jobdir import JobDir
+from xpdist.core.plan import Plan
+from xpdist.core.registry import Registry
+from xpdist.driver.launchers import process
+from xpdist.driver.launchers.outcome import Outcome, outcome_from
+
+
+class Engine:
+    """One `cluster` option: the job's task processes, from start to outcome. Subclass it, one per module.
+
+    The base class runs one task process here, as the task of the cluster that this
+    process's ClusterEnv names; an engine with more tasks overrides start, follow, stop and
+    close (see localhost.py).
+
+    Class attributes:
+        name: the option's name, the same as its module's.
+        multi_process: it runs a cluster of task processes (a multi-process strategy needs one).
+        keeps_standby: its one task may be started before the job, to import TensorFlow
+            while the previous job closes its run (driver/standby.py).
+
+    Args:
+        cfg: the plain composed config.
+        plan: the job's plan.
+        job: the job directory.
+    """
+
+    name: ClassVar[str] = ""
+    multi_process: ClassVar[bool] = True
+    keeps_standby: ClassVar[bool] = False
+
+    def __init__(self, cfg, plan: Plan, job: JobDir):
+        self.cfg, self.plan, self.job = cfg, plan, job
+        self.proc: Optional[subprocess.Popen] = None
+
+    # ---- before any run ------------------------------------------------------------------------
+
+    @classmethod
+    def preflight(cls, cfg, needs: strategies.ClusterNeeds) -> None:
+        """This engine's checks of the config and its environment. Overrides call super() first.
+
+        Raises:
+            ConfigError: naming the key at fault.
+        """
+        if cls.multi_process and not needs.multi_process:
+            clustered = " or ".join(strategies.names_where(lambda other: other.needs.multi_process))
+            raise ConfigError("cluster", cfg.cluster.name, f"strategy={cfg.strategy.name} runs in one process",
+                              f"Use cluster=local, or strategy={clustered}.")
+
+    @classmethod
+    def describe(cls, cfg, plan: Plan) -> str:
+        """Where the tasks run, for --check's `tasks:` line."""
+        return f"cluster={cfg.cluster.name}: this process, as the task TF_CONFIG names ({plan.num_workers} worker(s))"
+
+    @classmethod
+    def schedules(cls, hydra_launcher) -> bool:
+        """Whether this Hydra launcher (hydra.launcher) hands each sweep job to this engine's
+        scheduler, which may stop that job alone (a Ctrl-C of the user reaches the sweep)."""
+        return False
+
+    # ---- the job -------------------------------------------------------------------------------
+
+    def start(self, env: Dict[str, str]) -> None:
+        """Starts the job's task process(es) with env (the driver's environment and the job's)."""
+        self.proc = process.start(process.task_command(self.job.root), env)
+
+    def follow(self) -> Outcome:
+        """Waits for the tasks to end (restarting them where the engine may); returns the outcome."""
+        code = self.proc.wait()
+        return outcome_from(self.job, code, chief=ClusterEnv.from_environ(self.cfg.cluster.name).is_chief)
+
+    def stop(self, first: int = signal.SIGTERM) -> None:
+        """Signals the tasks with `first`, and kills what is left after process.GRACE_S."""
+        if self.proc is not None:
+            process.stop([self.proc], first=first)
+
+    def close(self) -> None:
+        """After the end, however it came: no task of the job is left."""
+        if self.proc is not None and self.proc.poll() is None:
+            process.stop([self.proc])
+
+    def task_pids(self) -> Dict[str, int]:
+        """Each live task process on this machine by task name, for per-task system metrics;
+        empty where the job is one task process (the machine's figures are its own)."""
+        return {}
+
+
+ENGINES: Registry[Type[Engine]] = Registry("cluster", package=__name__, attribute="ENGINE")
+
+
+def get(name: str) -> Type[Engine]:
+    """The engine of cluster=name.
+
+    Raises:
+        KeyError: no such engine; the message lists the known ones and the nearest.
+    """
+    return ENGINES.get(name)
+
+
+def of(cfg) -> Type[Engine]:
+    """The engine of the config's cluster option (cfg.cluster.name)."""
+    return get(cfg.cluster.name)
+
+
+def for_job(cfg, plan: Plan, job: JobDir) -> Engine:
+    """The engine that runs this job's tasks."""
+    return of(cfg)(cfg, plan, job)
+
+
+def schedules(hydra_launcher) -> bool:
+    """Whether some engine's scheduler runs each job of this Hydra launcher apart from the sweep."""
+    return any(get(name).schedules(hydra_launcher) for name in ENGINES)
+
+
+def launch(engine: Engine, env: Dict[str, str]) -> Outcome:
+    """Runs the job's tasks to their outcome.
+
+    SIGINT and SIGTERM stop the tasks (SIGINT first, so a task may save) and are re-raised.
+
+    Raises:
+        process.Interrupted: after the tasks are stopped.
+    """
+    try:
+        with process.signals_raise():
+            engine.start(env)
+            return engine.follow()
+    except process.Interrupted:
+        engine.stop(signal.SIGINT)
+        raise
+    finally:
+        engine.close()
