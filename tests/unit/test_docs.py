@@ -16,7 +16,8 @@ from omegaconf import OmegaConf
 from tests.helpers import REPO, xpdist_env
 from tests.unit.unit_helpers import plain
 from xpdist.core.plan import keras_flavour
-from xpdist.core.schema import OPTIONS, DatasetBase, check_keys
+from xpdist.core.schema import OPTIONS, check_keys
+from xpdist.core.schema_data import FileDataset
 from xpdist.driver import requeue
 from xpdist.driver.job import JobResult, print_summary
 from xpdist.report import summary
@@ -67,7 +68,7 @@ def test_the_streamed_options_table_of_data_md_has_the_schemas_defaults():
     page = (REPO / "docs" / "data.md").read_text()
     rows = re.findall(r"^\| `dataset\.(\w+)` \| ([^|]+) \|", page, re.M)
     assert len(rows) >= 5
-    base = {f.name: f.default for f in dataclasses.fields(DatasetBase)}
+    base = {f.name: f.default for f in dataclasses.fields(FileDataset)}
     for key, default in rows:
         want = base[key].name if isinstance(base[key], enum.Enum) else base[key]
         assert default.strip() == str(want).lower(), (key, default, want)

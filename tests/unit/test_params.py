@@ -74,8 +74,8 @@ def test_custom_model_gets_only_the_kwargs_given(tmp_path):
 @pytest.mark.parametrize("group", ["model", "dataset", "strategy"])
 def test_the_schema_names_exactly_the_options_the_task_dispatches_on(group):
     from xpdist.core.schema import OPTIONS
-    from xpdist.task import data, strategies
+    from xpdist.task import data_sources, strategies
 
-    registry = {"model": set(models.MODELS), "dataset": set(data.DATASETS) | set(data.STREAMED),
+    registry = {"model": set(models.MODELS), "dataset": set(data_sources.SOURCES),
                 "strategy": set(strategies.STRATEGIES)}[group]
     assert set(OPTIONS[group]) == registry

@@ -9,7 +9,7 @@ import pytest
 
 from tests.unit.unit_helpers import plain
 from tests.datafiles import FEATURES, write_image_folder
-from xpdist.core import datafiles
+from xpdist.core import data_sources
 from xpdist.core.errors import ConfigError
 from xpdist.driver import preflight
 
@@ -102,8 +102,8 @@ def test_dataset_description_changes_with_the_files(tmp_path):
     fake_tfrecord(tmp_path / "data" / "a.tfrecord", [b"x"] * 100)
     cfg = plain(*tfrecord())
     plan = preflight.check(cfg, tmp_path)
-    (first,) = datafiles.describe(cfg, plan, tmp_path)
+    (first,) = data_sources.describe(cfg, plan, tmp_path)
     assert (first["context"], first["source"]) == ("training", "data/*.tfrecord")
     fake_tfrecord(tmp_path / "data" / "a.tfrecord", [b"x"] * 101)
-    (second,) = datafiles.describe(cfg, preflight.check(cfg, tmp_path), tmp_path)
+    (second,) = data_sources.describe(cfg, preflight.check(cfg, tmp_path), tmp_path)
     assert second["digest"] != first["digest"]

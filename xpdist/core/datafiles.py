@@ -1,4 +1,4 @@
-"""The files of the file data sets (tfrecord, image_folder), found and counted without TensorFlow.
+"""The files of the file data sets (tfrecord, image_folder, npz), found and counted without TensorFlow.
 
 The driver needs the number of examples before any task starts (steps per epoch, batch
 checks, params), and it checks globs and folders before a run is created. TFRecord files
@@ -106,55 +106,6 @@ def digest(paths: List[Path]) -> str:
         st = p.stat()
         h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()[:16]
-
-
-def describe(cfg, plan, launch_dir: Path) -> List[dict]:
-    """What the run trains and validates on, as MLflow records a dataset (mlflow.entities.Dataset).
-
-    Worked out in the driver from the files themselves (names, sizes, times) or the config,
-    so the run shows its data from the start, and the task needs neither MLflow nor a
-    protocol file for it. Returns one dict per context: name, digest, source_type, source,
-    schema (JSON), profile (JSON), context ("training" or "validation").
-    """
-    import json
-
-    ds = cfg.dataset
-    name = ds.name
-    sources = {"train": None, "validation": None}
-    schema = {}
-    if name == "tfrecord":
-        schema = {k: dict(v) for k, v in ds.features.items()}
-        for split, key, globs in (("train", "dataset.files", ds.files),
-                                  ("validation", "dataset.validation_files", ds.validation_files)):
-            if globs:
-                sources[split] = (",".join(globs), digest(match_files(globs, key, launch_dir)))
-    elif name in ("image_folder", "npz"):
-
-        path = resolve_path(ds.path, launch_dir)
-        paths = image_files(path)[1] if name == "image_folder" else [path]
-        sources["train"] = sources["validation"] = (str(path), digest(paths))
-        if name == "image_folder":
-            schema = {"image": list(ds.image_size) + [3], "label": "int"}
-    else:  # made by code: the function or generator and its arguments identify the data
-        if name == "custom":
-            source = ds._target_
-            described = json.dumps({"target": ds._target_, "kwargs": dict(ds.kwargs)}, sort_keys=True, default=str)
-        else:
-            source = f"xpdist:{name}"
-            described = json.dumps({k: v for k, v in dict(ds).items()}, sort_keys=True, default=str)
-        described += f"|seed={cfg.seed}"
-        key = hashlib.sha256(described.encode()).hexdigest()[:16]
-        sources["train"] = sources["validation"] = (source, key)
-    out = []
-    for split, context, count in (("train", "training", plan.num_train), ("validation", "validation", plan.num_val)):
-        if sources[split] is None or not count:
-            continue
-        source, key = sources[split]
-        out.append(dict(name=f"{name}-{split}" if name != "custom" else f"{ds._target_.rsplit('.', 1)[-1]}-{split}",
-                        digest=key, source_type="local" if name in ("tfrecord", "image_folder", "npz") else "code",
-                        source=source, schema=json.dumps(schema, default=str),
-                        profile=json.dumps({"num_examples": int(count)}), context=context))
-    return out
 
 
 def resolve_path(path: str, launch_dir: Path) -> Path:

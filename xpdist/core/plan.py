@@ -12,16 +12,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, List
 
-from xpdist.core import datafiles, strategies
+from xpdist.core import data_sources, strategies
 from xpdist.core.clusterenv import ClusterEnv
-from xpdist.core.datafiles import resolve_path
+# Re-exported: preflight and the task resolve data paths as plan.resolve_path
+from xpdist.core.datafiles import resolve_path  # noqa: F401
 # Re-exported: they lived here, and tests still reach them as plan.gpu_count (its cache_clear)
 from xpdist.core.devices import gpu_count, local_devices, parse_device  # noqa: F401
 from xpdist.core.errors import ConfigError
-
-# Size of the data sets whose size is not in the config.
-FIXED_SIZES = {"digits": 1797, "mnist": 60000}
-
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
@@ -68,43 +65,9 @@ def replicas(cfg, devices: List[str], workers: int) -> int:
     return strategies.of(cfg).replicas(cfg, devices, workers)
 
 
-def dataset_size(cfg, launch_dir: Path) -> int:
-    ds = cfg.dataset
-    if ds.name in FIXED_SIZES:
-        return FIXED_SIZES[ds.name]
-    if ds.name == "npz":
-        import numpy as np
-
-        with np.load(resolve_path(ds.path, launch_dir)) as arrays:
-            return int(arrays["x"].shape[0])
-    return int(ds.num_examples)
-
-
 def split_sizes(cfg, launch_dir: Path, global_batch: int):
-    """(training, validation) examples: counted for file sources, declared for custom.
-
-    A custom source of unknown size (dataset.num_examples null) trains
-    trainer.steps_per_epoch global batches per epoch (preflight requires it).
-    """
-
-    ds = cfg.dataset
-    if ds.name == "tfrecord":
-        def count(key, globs):
-            files = datafiles.match_files(globs, key, launch_dir)
-            return sum(datafiles.count_records(f, ds.compression, key) for f in files)
-
-        n_val = count("dataset.validation_files", ds.validation_files) if ds.validation_files else 0
-        return count("dataset.files", ds.files), n_val
-    if ds.name == "image_folder":
-        _, files = datafiles.image_files(resolve_path(ds.path, launch_dir))
-        n_val = int(float(ds.validation_split) * len(files))  # as image_dataset_from_directory splits
-        return len(files) - n_val, n_val
-    if ds.name == "custom":
-        n_train = ds.num_examples if ds.num_examples is not None else (cfg.trainer.steps_per_epoch or 0) * global_batch
-        return int(n_train), int(ds.num_validation_examples)
-    n = dataset_size(cfg, launch_dir)
-    n_val = int(round(n * float(ds.validation_split)))
-    return n - n_val, n_val
+    """(training, validation) examples of one epoch, as the data source counts or declares them."""
+    return data_sources.of(cfg).split_sizes(cfg, launch_dir, global_batch)
 
 
 def learning_rate(cfg, global_batch: int) -> float:

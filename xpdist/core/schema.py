@@ -20,6 +20,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from xpdist.core import docs
 from xpdist.core.errors import ConfigError, did_you_mean
+from xpdist.core.schema_data import DATASETS, AutoShardPolicy, Compression, DatasetBase  # noqa: F401  (enums named here for scripts/config_docs.py)
 from xpdist.core.schema_training import CALLBACKS, LOSSES, SCHEDULES, LossBase, ScheduleBase
 
 
@@ -42,23 +43,6 @@ class LrScaling(Enum):
     sqrt = 2
     # Looked up in optimizer.lr_table by global batch size (the guide's LEARNING_RATES_BY_BATCH_SIZE).
     table = 3
-
-
-class AutoShardPolicy(Enum):
-    # By file where there are at least as many files as workers, else by example.
-    auto = 0
-    # Each worker reads whole files of its own.
-    file = 1
-    # Every worker reads every file and keeps every N-th example.
-    data = 2
-    # No sharding: every worker reads all of the data.
-    off = 3
-
-
-class Compression(Enum):
-    none = 0
-    GZIP = 1
-    ZLIB = 2
 
 
 class KerasFlavour(Enum):
@@ -308,123 +292,7 @@ class CustomModel(ModelBase):
     kwargs: Dict[str, Any] = field(default_factory=_open_mapping)
 
 
-# ---- dataset -------------------------------------------------------------------------------
-
-@dataclass
-class DatasetBase:
-    # Fixed by each option, and what the code dispatches on: choose another with dataset=NAME.
-    name: str = MISSING
-    # Examples in each replica's batch; the global batch is this x the number of replicas.
-    per_replica_batch_size: int = 32
-    # Fraction of the examples held out for validation (0 disables validation).
-    validation_split: float = 0.0
-    # Shuffle buffer in examples. 0: each pass is an exact seeded permutation of the whole
-    # training set, identical whatever the strategy or trainer; N > 0: tf.data's shuffle
-    # with an N-example buffer (less memory, order depends on TensorFlow's seeding). File
-    # sources (tfrecord, image_folder) have no in-memory permutation: 0 shuffles the file
-    # order only.
-    shuffle_buffer: int = 0
-    # Cache the examples after reading: none, memory, or a file path (tf.data's cache file).
-    cache: str = "none"
-    # Batches prepared ahead: -1 lets tf.data tune it (AUTOTUNE), 0 disables prefetching.
-    prefetch: int = -1
-    # File sources (tfrecord, image_folder): drop a last partial validation batch. Training
-    # batches are always whole, the in-memory data sets always drop it, and the custom
-    # source's function batches itself.
-    drop_remainder: bool = True
-    # How a multi-worker run splits the input among workers (tf.data's AutoShardPolicy):
-    # auto (by file where every worker gets a file, else by example), file, data, or off.
-    auto_shard_policy: AutoShardPolicy = AutoShardPolicy.auto
-
-
-@dataclass
-class SyntheticRegressionDataset(DatasetBase):
-    name: str = "synthetic_regression"
-    per_replica_batch_size: int = 5
-    # Number of examples.
-    num_examples: int = 100
-    # Features per example (the guide's example has 1).
-    num_features: int = 1
-    # Gaussian noise on the inputs and targets (0: the guide's ones-to-ones data).
-    noise: float = 0.0
-
-
-@dataclass
-class SyntheticImagesDataset(DatasetBase):
-    name: str = "synthetic_images"
-    per_replica_batch_size: int = 64
-    # Number of examples.
-    num_examples: int = 2048
-    # Image shape, height x width x channels.
-    image_shape: List[int] = field(default_factory=lambda: [32, 32, 3])
-    # Number of classes.
-    num_classes: int = 10
-
-
-@dataclass
-class DigitsDataset(DatasetBase):
-    name: str = "digits"
-    validation_split: float = 0.2
-
-
-@dataclass
-class NpzDataset(DatasetBase):
-    name: str = "npz"
-    # Path of a .npz file holding arrays `x` and `y` (relative to the launch directory).
-    path: str = ""
-
-
-@dataclass
-class TfrecordDataset(DatasetBase):
-    name: str = "tfrecord"
-    # Globs of TFRecord files of tf.train.Example (relative to the launch directory).
-    files: List[str] = field(default_factory=list)
-    # Globs of the validation files (empty: no validation; validation_split does not apply).
-    validation_files: List[str] = field(default_factory=list)
-    # Feature name -> {dtype: float32|int64|string, shape: [..]}; the label is one of them.
-    features: Dict[str, Any] = field(default_factory=_open_mapping)
-    # The feature that is the label; the other features are the model's input (one feature:
-    # that tensor; several: they are concatenated after flattening).
-    label: str = "label"
-    # Classes of an int64 label (labels 0..N-1); 0: the label is a regression target.
-    num_classes: int = 0
-    # Compression of the files: none, GZIP or ZLIB.
-    compression: Compression = Compression.none
-
-
-@dataclass
-class ImageFolderDataset(DatasetBase):
-    name: str = "image_folder"
-    # A directory with one subfolder of JPEG/PNG images per class (relative to the launch
-    # directory); classes are the subfolder names in alphabetical order.
-    path: str = ""
-    # Images are resized to height x width.
-    image_size: List[int] = field(default_factory=lambda: [64, 64])
-    validation_split: float = 0.2
-
-
-@dataclass
-class CustomDataset(DatasetBase):
-    name: str = "custom"
-    # Dotted path of the user's function fn(input_context, batch_size, split, **kwargs)
-    # returning a tf.data.Dataset of (features, labels) batches; see docs/data.md.
-    _target_: str = "xpdist.task.data_sources.custom.example_dataset"
-    # Extra keyword arguments for the function. Add one with dataset.kwargs.NAME=VALUE.
-    kwargs: Dict[str, Any] = field(default_factory=_open_mapping)
-    # Training examples per epoch (its steps per epoch: this // global batch). null: the
-    # size is unknown, and trainer.steps_per_epoch must be set.
-    num_examples: Optional[int] = None
-    # Validation examples per epoch (0: no validation, the function is not asked for it).
-    num_validation_examples: int = 0
-    # Classes of integer labels (labels 0..N-1); 0: labels are regression targets.
-    num_classes: int = 0
-
-
-@dataclass
-class MnistDataset(DatasetBase):
-    name: str = "mnist"
-    per_replica_batch_size: int = 64
-    validation_split: float = 0.1
+# ---- dataset: xpdist/core/schema_data.py -----------------------------------------------------
 
 
 # ---- optimizer -----------------------------------------------------------------------------
@@ -654,8 +522,7 @@ OPTIONS: Dict[str, Dict[str, type]] = {
     "communication": _by_name(AutoCommunication, RingCommunication, NcclCommunication),
     "cluster": _by_name(LocalCluster, LocalhostCluster, TfConfigCluster, SlurmCluster),
     "model": _by_name(LinearModel, MlpModel, CnnModel, CustomModel),
-    "dataset": _by_name(SyntheticRegressionDataset, SyntheticImagesDataset, DigitsDataset, NpzDataset,
-                        MnistDataset, TfrecordDataset, ImageFolderDataset, CustomDataset),
+    "dataset": DATASETS,
     "optimizer": _by_name(SgdOptimizer, AdamOptimizer, AdamWOptimizer, RmspropOptimizer, AdagradOptimizer,
                           LionOptimizer, LambOptimizer, CustomOptimizer),
     "trainer": _by_name(FitTrainer, CtlTrainer),

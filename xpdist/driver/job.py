@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from xpdist.core import datafiles
+from xpdist.core import data_sources
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir, JobSpec, RunReady, TaskResult
@@ -111,7 +111,7 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
     tags = {**_tags(plan, ctx), **heartbeat.initial_tags(plain.tracking.heartbeat_s),
             "xpdist.job_dir": str(job.root.resolve())}
 
-    inputs = datafiles.describe(plain, plan, ctx.launch_dir)
+    inputs = data_sources.describe(plain, plan, ctx.launch_dir)
 
     def create() -> str:
         reap.announce(reap.close_stale(uri, plain.tracking.heartbeat_timeout_s))

@@ -1,7 +1,18 @@
-"""Data sets read from files or made by the user's function, streamed through tf.data.
+"""The data source seam, task half: how tf.data reads each `dataset` option.
 
-The in-memory data sets (xpdist.task.data) are NumPy arrays; these are not. A `Split` stands
-where the arrays' x would be, so the trainers call the same three functions of
-xpdist.task.data whatever the source: global batches (Model.fit), a per-pipeline dataset
-function (distribute_datasets_from_function) and a parameter-server worker's batches.
+Each module of this package is one data source, named as its driver half in
+xpdist/core/data_sources/, and defines `load(cfg, plan, launch_dir, strategy)`: an in-memory
+source returns `_arrays.Arrays` (NumPy arrays that xpdist.task.data shuffles and batches), a
+streamed one `_stream.Streams`, whose splits stand where the arrays' x would be. A source may
+also define `explain(tf, cfg, launch_dir, err)`: the error to report for a TensorFlow error
+while training (tfrecord names the bad file). Modules starting with `_` are shared helpers.
+TensorFlow is imported inside functions only: runs in the task process.
 """
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from xpdist.core.registry import Registry
+
+SOURCES: Registry[ModuleType] = Registry("dataset", package=__name__)

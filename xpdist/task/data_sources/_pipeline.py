@@ -1,4 +1,4 @@
-"""The input options shared by every streamed source: shard, cache, shuffle, batch, prefetch."""
+"""The shared input options of the sources that yield examples: shard, cache, shuffle, batch, prefetch."""
 
 from __future__ import annotations
 

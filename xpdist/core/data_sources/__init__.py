@@ -1,0 +1,170 @@
+"""The data source seam, driver half: what xpdist knows about each `dataset` option, without TensorFlow.
+
+Each module of this package (digits.py, tfrecord.py, ...) is one data source and holds its
+`SPEC`, a `DataSourceSpec` that answers every question the driver has about it: the shared
+input options it honours (`honours`, exactly the shared keys of its schema dataclass), how many
+training and validation examples a config gives (`split_sizes`), its preflight checks
+(`preflight`), its input shape where it is known before TensorFlow runs (`input_shape`), and
+how the run records its data (`record`). In-memory and streamed sources alike: the plan,
+preflight and the run's dataset inputs ask the spec, none compares a source's name. The task
+half (how tf.data reads it) is the module of the same name in xpdist/task/data_sources/.
+
+Adding a data source `foo` is four files: `foo.py` here, `xpdist/task/data_sources/foo.py`,
+`conf/dataset/foo.yaml` and its dataclass in xpdist/core/schema_data.py (DATASETS).
+
+Example:
+    n_train, n_val = data_sources.of(cfg).split_sizes(cfg, launch_dir, global_batch)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Callable, ClassVar, Dict, List, Optional, Tuple
+
+from xpdist.core.errors import ConfigError
+from xpdist.core.registry import Registry
+
+
+def _shuffle_buffer(value) -> None:
+    if value < 0:
+        raise ConfigError("dataset.shuffle_buffer", value, "must be 0 or more", "Use 0 or a buffer size.")
+
+
+def _prefetch(value) -> None:
+    if value < -1:
+        raise ConfigError("dataset.prefetch", value, "must be -1 (autotune), 0 (none) or a number of batches",
+                          "Use dataset.prefetch=-1.")
+
+
+def _cache(value) -> None:
+    if not value:
+        raise ConfigError("dataset.cache", '""', "must be none, memory or a file path", "Use dataset.cache=none.")
+
+
+def _no_check(value) -> None:
+    """Typed by the schema (a bool, an enum or a float): Hydra refuses a bad value."""
+
+
+# The input options a source may offer, each with its check. A source that offers one honours
+# it: the value changes what its pipeline does (tests/unit/test_data_source_seam.py).
+SHARED_OPTIONS: Dict[str, Callable[[object], None]] = {
+    "validation_split": _no_check, "shuffle_buffer": _shuffle_buffer, "prefetch": _prefetch, "cache": _cache,
+    "drop_remainder": _no_check, "auto_shard_policy": _no_check,
+}
+
+# (source, digest) of one split, as MLflow records a dataset; None where the split has no source.
+Source = Optional[Tuple[str, str]]
+
+
+class DataSourceSpec:
+    """One `dataset` option, as the driver sees it. Subclass it, one per module.
+
+    Class attributes:
+        name: the option's name, the same as its module's.
+        honours: the SHARED_OPTIONS its pipeline honours, the same as its schema's shared keys.
+        source_type: how MLflow records where the data comes from: "code" or "local" (files).
+        images: its examples can be images (a conv net's input), named where model=cnn is refused.
+        validation_fix: what to do instead of validation_split, for a source that does not honour it.
+    """
+
+    name: ClassVar[str] = ""
+    honours: ClassVar[Tuple[str, ...]] = ()
+    source_type: ClassVar[str] = "code"
+    images: ClassVar[bool] = False
+    validation_fix: ClassVar[str] = "Set dataset.validation_split=0."
+
+    def split_sizes(self, cfg, launch_dir: Path, global_batch: int) -> Tuple[int, int]:
+        """(training, validation) examples of one epoch."""
+        raise NotImplementedError
+
+    def preflight(self, cfg, launch_dir: Path) -> None:
+        """This source's checks, before any run exists. Overrides call super().preflight first.
+
+        Raises:
+            ConfigError: naming the key at fault.
+        """
+        for key in self.honours:
+            SHARED_OPTIONS[key](cfg.dataset[key])
+        if "validation_split" not in self.honours and cfg.dataset.validation_split:
+            raise ConfigError("dataset.validation_split", cfg.dataset.validation_split,
+                              f"dataset={self.name} does not split its data", self.validation_fix)
+
+    def input_shape(self, cfg, launch_dir: Path) -> Optional[Tuple[int, ...]]:
+        """One example's input shape, or None where only TensorFlow can tell (a user's function)."""
+        return None
+
+    def record(self, cfg, launch_dir: Path) -> Dict[str, Source]:
+        """{"train": source, "validation": source}: what identifies the data of each split.
+
+        The default suits data made by code: the source names the option, and the digest
+        hashes its keys and the seed (the same keys and seed make the same data).
+        """
+        described = json.dumps(dict(cfg.dataset), sort_keys=True, default=str) + f"|seed={cfg.seed}"
+        source = (f"xpdist:{self.name}", hashlib.sha256(described.encode()).hexdigest()[:16])
+        return {"train": source, "validation": source}
+
+    def record_name(self, cfg) -> str:
+        """The prefix of the recorded datasets' names (`digits` -> `digits-train`)."""
+        return self.name
+
+    def schema(self, cfg) -> dict:
+        """The recorded datasets' schema (features and label), {} where it is not known up front."""
+        return {}
+
+
+class InMemorySpec(DataSourceSpec):
+    """A source that the task loads whole as NumPy arrays; validation_split holds out a fraction."""
+
+    honours = ("validation_split", "shuffle_buffer", "prefetch")
+
+    def size(self, cfg, launch_dir: Path) -> int:
+        """Examples in the whole data set, before validation_split."""
+        return int(cfg.dataset.num_examples)
+
+    def split_sizes(self, cfg, launch_dir: Path, global_batch: int) -> Tuple[int, int]:
+        n = self.size(cfg, launch_dir)
+        n_val = int(round(n * float(cfg.dataset.validation_split)))
+        return n - n_val, n_val
+
+
+DATA_SOURCES: Registry[DataSourceSpec] = Registry("dataset", package=__name__, attribute="SPEC")
+
+
+def get(name: str) -> DataSourceSpec:
+    """The spec of dataset=name.
+
+    Raises:
+        KeyError: no such source; the message lists the known ones and the nearest.
+    """
+    return DATA_SOURCES.get(name)
+
+
+def of(cfg) -> DataSourceSpec:
+    """The spec of the config's data source (cfg.dataset.name)."""
+    return get(cfg.dataset.name)
+
+
+def describe(cfg, plan, launch_dir: Path) -> List[dict]:
+    """What the run trains and validates on, as MLflow records a dataset (mlflow.entities.Dataset).
+
+    Worked out in the driver from the files themselves (names, sizes, times) or the config,
+    so the run shows its data from the start, and the task needs neither MLflow nor a
+    protocol file for it. The data source's spec says what identifies each split.
+
+    Returns:
+        One dict per context: name, digest, source_type, source, schema (JSON), profile (JSON),
+        context ("training" or "validation").
+    """
+    spec = of(cfg)
+    sources = spec.record(cfg, launch_dir)
+    out = []
+    for split, context, count in (("train", "training", plan.num_train), ("validation", "validation", plan.num_val)):
+        if sources.get(split) is None or not count:
+            continue
+        source, key = sources[split]
+        out.append(dict(name=f"{spec.record_name(cfg)}-{split}", digest=key, source_type=spec.source_type,
+                        source=source, schema=json.dumps(spec.schema(cfg), default=str),
+                        profile=json.dumps({"num_examples": int(count)}), context=context))
+    return out

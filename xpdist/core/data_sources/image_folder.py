@@ -1,0 +1,45 @@
+"""dataset=image_folder: class subfolders of images, counted and checked without TensorFlow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from xpdist.core import datafiles
+from xpdist.core.data_sources import DataSourceSpec
+from xpdist.core.errors import ConfigError
+
+
+class ImageFolder(DataSourceSpec):
+    name = "image_folder"
+    images = True
+    honours = ("validation_split", "shuffle_buffer", "prefetch", "cache", "drop_remainder", "auto_shard_policy")
+    source_type = "local"
+
+    def _files(self, cfg, launch_dir: Path):
+        return datafiles.image_files(datafiles.resolve_path(cfg.dataset.path, launch_dir))
+
+    def split_sizes(self, cfg, launch_dir: Path, global_batch: int):
+        _, files = self._files(cfg, launch_dir)
+        n_val = int(float(cfg.dataset.validation_split) * len(files))  # as image_dataset_from_directory splits
+        return len(files) - n_val, n_val
+
+    def preflight(self, cfg, launch_dir: Path) -> None:
+        super().preflight(cfg, launch_dir)
+        if not cfg.dataset.path:
+            raise ConfigError("dataset.path", '""', "dataset=image_folder needs a folder",
+                              "Set dataset.path=/path/to/folder with one subfolder per class.")
+        self._files(cfg, launch_dir)
+
+    def input_shape(self, cfg, launch_dir: Path):
+        return (*(int(d) for d in cfg.dataset.image_size), 3)
+
+    def record(self, cfg, launch_dir: Path):
+        path = datafiles.resolve_path(cfg.dataset.path, launch_dir)
+        source = (str(path), datafiles.digest(self._files(cfg, launch_dir)[1]))
+        return {"train": source, "validation": source}
+
+    def schema(self, cfg) -> dict:
+        return {"image": list(cfg.dataset.image_size) + [3], "label": "int"}
+
+
+SPEC = ImageFolder()

@@ -1,0 +1,19 @@
+"""dataset=mnist: keras.datasets.mnist's 60,000 training images, downloaded by the task."""
+
+from __future__ import annotations
+
+from xpdist.core.data_sources import InMemorySpec
+
+
+class Mnist(InMemorySpec):
+    name = "mnist"
+    images = True
+
+    def size(self, cfg, launch_dir) -> int:
+        return 60000  # known without downloading: the driver never fetches data
+
+    def input_shape(self, cfg, launch_dir):
+        return (28, 28, 1)
+
+
+SPEC = Mnist()
