@@ -3,6 +3,8 @@ through --config-dir, train to FINISHED from the project's directory."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -30,3 +32,33 @@ def test_my_project_recipe_runs_its_own_model_and_data(tmp_path):
     assert params["model._target_"] == "my_models.wide_and_deep", params
     assert params["dataset.path"] == "data/blobs.npz" and params["num_replicas"] == "2", params
     assert "accuracy" in runs[0].data.metrics  # integer labels: a classification run
+
+
+def test_a_data_source_of_the_users_package_trains_from_another_directory(tmp_path):
+    """dataset=rings: my_sources.Rings, named by the project's YAML, found through PYTHONPATH from a
+    working directory that is neither xpdist's checkout nor the project."""
+    project = tmp_path / "my_project"
+    shutil.copytree(REPO / "examples" / "my_project", project, ignore=shutil.ignore_patterns("data", "__pycache__"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = xpdist_env({"PYTHONPATH": os.pathsep.join([str(REPO), str(project)])})
+    done = subprocess.run([sys.executable, "-m", "xpdist", "--config-dir", str(project / "conf"),
+                           "recipe=rings_mirrored", "trainer.epochs=1", "trainer.progress=false"],
+                          cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+
+    runs = Xpdist(elsewhere).runs()
+    assert [r.info.status for r in runs] == ["FINISHED"]
+    params = runs[0].data.params
+    assert params["dataset"] == "plugin" and params["dataset._target_"] == "my_sources.Rings", params
+    assert params["dataset.kwargs.num_examples"] == "600" and params["num_replicas"] == "2", params
+    inputs = {tag.value: (d.dataset.name, json.loads(d.dataset.profile)["num_examples"])
+              for d in runs[0].inputs.dataset_inputs for tag in d.tags if tag.key == "mlflow.data.context"}
+    assert inputs == {"training": ("rings-train", 480), "validation": ("rings-validation", 120)}, inputs
+    assert "val_accuracy" in runs[0].data.metrics
+
+    refused = subprocess.run([sys.executable, "-m", "xpdist", "--config-dir", str(project / "conf"),
+                              "dataset=rings", "dataset.kwargs.rings=1"],
+                             cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "dataset.kwargs.rings=1: a classifier needs 2 rings" in refused.stderr, \
+        refused.stderr[-2000:]

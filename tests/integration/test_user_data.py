@@ -10,6 +10,7 @@ import pytest
 
 from tests.integration.harness import describe, run_many, store_template
 from tests.datafiles import FEATURES, write_image_folder, write_tfrecords
+from xpdist.core import data_sources
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +74,10 @@ def test_each_source_trains_under_mirrored(runs, name):
     assert done.proc.returncode == 0 and done.run.info.status == "FINISHED", describe(done)
     assert done.run.data.metrics["loss"] < 5
     assert done.run.data.params["dataset"] == name.split("-")[0].replace("images", "image_folder")
-    assert "dataset.cache" in done.run.data.params and "dataset.auto_shard_policy" in done.run.data.params
+    source = done.run.data.params["dataset"]
+    logged = {key.split(".", 1)[1] for key in done.run.data.params if key.startswith("dataset.")}
+    offered = set(data_sources.get(source).honours)  # custom: prefetch only; the file sources: all
+    assert offered <= logged and not (set(data_sources.SHARED_OPTIONS) - offered - {"validation_split"}) & logged
     seen = inputs(done)
     assert set(seen) == {"training", "validation"}, seen
     assert seen["training"].digest and seen["training"].source

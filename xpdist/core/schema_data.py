@@ -162,7 +162,17 @@ class CustomDataset(DatasetBase):
     num_classes: int = 0
 
 
+@dataclass
+class PluginDataset(InMemoryDataset):
+    name: str = "plugin"
+    # Dotted path of your own source: an InMemorySpec subclass (its driver half: size, checks)
+    # with an arrays(cfg, rng, launch_dir) method returning (x, y) NumPy arrays; docs/data.md.
+    _target_: str = "xpdist.core.data_sources.plugin.GaussianBlobs"
+    # Your source's own keys, read by your class. Add one with dataset.kwargs.NAME=VALUE.
+    kwargs: Dict[str, Any] = field(default_factory=_open_mapping)
+
+
 # Every option of the dataset group by name, in the order of docs/configuration.md.
 DATASETS: Dict[str, type] = {cls.name: cls for cls in (
     SyntheticRegressionDataset, SyntheticImagesDataset, DigitsDataset, NpzDataset, MnistDataset,
-    TfrecordDataset, ImageFolderDataset, CustomDataset)}
+    TfrecordDataset, ImageFolderDataset, CustomDataset, PluginDataset)}

@@ -75,6 +75,10 @@ class DataSourceSpec:
     images: ClassVar[bool] = False
     validation_fix: ClassVar[str] = "Set dataset.validation_split=0."
 
+    def resolve(self, cfg) -> "DataSourceSpec":
+        """The spec that answers for this config: itself (dataset=plugin: the class its _target_ names)."""
+        return self
+
     def split_sizes(self, cfg, launch_dir: Path, global_batch: int) -> Tuple[int, int]:
         """(training, validation) examples of one epoch."""
         raise NotImplementedError
@@ -142,8 +146,8 @@ def get(name: str) -> DataSourceSpec:
 
 
 def of(cfg) -> DataSourceSpec:
-    """The spec of the config's data source (cfg.dataset.name)."""
-    return get(cfg.dataset.name)
+    """The spec of the config's data source (cfg.dataset.name; dataset=plugin: the user's class)."""
+    return get(cfg.dataset.name).resolve(cfg)
 
 
 def describe(cfg, plan, launch_dir: Path) -> List[dict]:
