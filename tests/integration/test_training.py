@@ -32,11 +32,13 @@ ISSUE = ["loss=binary_crossentropy", "loss.from_logits=true", "trainer.metrics=[
 MIRRORED = ["strategy=mirrored", "devices.logical_cpus=2"]
 MWMS = ["strategy=multi_worker_mirrored", "cluster=localhost", "cluster.workers=2"]
 # fit vs ctl: regression with noise (batch order matters), L2 on the linear model, and every
-# optimizer piece that acts on the update.
+# optimizer piece that acts on the update. SGD, not Adam: Adam's step does not change when all
+# gradients are scaled alike, so global_clipnorm would hardly act. This clip acts at every step
+# (the final loss is 1.81 with it, 0.32 without, measured here).
 EQUIVALENCE = ["strategy=one_device", "seed=7", "dataset.noise=0.1", "dataset.num_examples=64",
-               "dataset.per_replica_batch_size=8", "trainer.epochs=3", "optimizer=adamw", "optimizer.learning_rate=0.05",
-               "optimizer.weight_decay=0.01", "optimizer.global_clipnorm=0.5", "schedule=polynomial",
-               "schedule.warmup_epochs=1", "schedule.warmup_start=0.005", LOG_MODEL]
+               "dataset.per_replica_batch_size=8", "trainer.epochs=3", "optimizer=sgd", "optimizer.momentum=0.9",
+               "optimizer.learning_rate=0.05", "optimizer.weight_decay=0.01", "optimizer.global_clipnorm=0.05",
+               "schedule=polynomial", "schedule.warmup_epochs=1", "schedule.warmup_start=0.005", LOG_MODEL]
 # validation loss must fall by 10 to count: the first epoch sets the best, the second stops.
 STOPS = [*BINARY, "trainer.epochs=4", "callbacks=[early_stopping]", "callbacks.early_stopping.min_delta=10"]
 
@@ -95,6 +97,7 @@ def test_fit_and_ctl_end_with_the_same_weights_with_warmup_clipping_and_weight_d
     fit, ctl = runs["equivalence-fit"], runs["equivalence-ctl"]
     for done in (fit, ctl):
         assert done.run.info.status == "FINISHED", describe(done)
+    assert fit.run.data.params["optimizer.global_clipnorm"] == "0.05"
     for metric, rel in (("learning_rate", 1e-6), ("loss", 1e-5)):
         got, want = ctl.history(metric), fit.history(metric)
         assert [s for s, _ in got] == [s for s, _ in want] == [1, 2, 3], metric
