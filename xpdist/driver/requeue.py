@@ -59,11 +59,6 @@ def find_run(uri: str, experiment: str, environ: Mapping[str, str] = os.environ)
 
 
 def reopen(uri: str, run_id: str, environ: Mapping[str, str] = os.environ) -> str:
-    """Marks the run RUNNING again, without its old error; returns its id."""
-    mlflow_client = store.client(uri)
-    run = store.retry(mlflow_client.get_run, run_id)
-    store.retry(mlflow_client.update_run, run_id, status="RUNNING")
-    if store.ERROR_TAG in run.data.tags:
-        store.retry(mlflow_client.delete_tag, run_id, store.ERROR_TAG)
-    store.set_tags(uri, run_id, {RESTARTS_TAG: str(restarts(environ))})
+    """Marks the run RUNNING again, without its old error, with the job's restart count; returns its id."""
+    store.reopen(uri, run_id, lambda run: {RESTARTS_TAG: str(restarts(environ))})
     return run_id

@@ -105,13 +105,11 @@ def _fetch_checkpoints(mlflow_client, run, job: JobDir) -> int:
 
 def reopen(uri: str, resumed: Resumed, tags: Dict[str, str]) -> str:
     """Marks the run RUNNING again, without its old error, and tags it; returns its id."""
-    mlflow_client = store.client(uri)
-    run = store.retry(mlflow_client.get_run, resumed.run_id)
-    count = int(run.data.tags.get("xpdist.resumed", "0")) + 1
-    store.retry(mlflow_client.update_run, resumed.run_id, status="RUNNING")
-    if store.ERROR_TAG in run.data.tags:
-        store.retry(mlflow_client.delete_tag, resumed.run_id, store.ERROR_TAG)
     keep = {k: v for k, v in tags.items() if k.startswith(("xpdist.heartbeat", "xpdist.job_dir"))}
-    store.set_tags(uri, resumed.run_id, {**keep, "xpdist.resumed": str(count),
-                                         "xpdist.resumed_from_epoch": str(resumed.from_epoch)})
+
+    def tags_for(run) -> Dict[str, str]:
+        count = int(run.data.tags.get("xpdist.resumed", "0")) + 1
+        return {**keep, "xpdist.resumed": str(count), "xpdist.resumed_from_epoch": str(resumed.from_epoch)}
+
+    store.reopen(uri, resumed.run_id, tags_for)
     return resumed.run_id

@@ -20,11 +20,12 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from xpdist.core.schema import TrackingConfig
 from xpdist.tracking import store
 from xpdist.tracking.heartbeat import HEARTBEAT_TAG, INTERVAL_TAG
 
 # tracking.heartbeat_timeout_s's default: a driver silent this long is taken for lost.
-DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_TIMEOUT_S = TrackingConfig.heartbeat_timeout_s
 
 
 def _utc(epoch_s: float) -> str:
@@ -35,7 +36,7 @@ def stale_reason(tags: dict, timeout_s: float, now: float) -> Optional[str]:
     """Why a RUNNING run with these tags is taken for lost, or None while its driver may live."""
     try:
         last = float(tags[HEARTBEAT_TAG])
-        interval = float(tags.get(INTERVAL_TAG, 10))
+        interval = float(tags.get(INTERVAL_TAG, TrackingConfig.heartbeat_s))  # a run that predates the tag
     except (KeyError, ValueError):
         return None
     if now - last <= max(float(timeout_s), 3 * interval):

@@ -135,6 +135,22 @@ def terminate(uri: str, run_id: str, status: str, error: Optional[str] = None) -
     retry(mlflow_client.set_terminated, run_id, status)
 
 
+def reopen(uri: str, run_id: str, tags_for: Callable[[Any], Dict[str, str]]) -> None:
+    """Marks a closed run RUNNING again, without its old error, and tags it (a resumed or requeued run).
+
+    Args:
+        uri: the tracking URI.
+        run_id: the run.
+        tags_for: the tags to set, given the run as it was (its tags count earlier reopenings).
+    """
+    mlflow_client = client(uri)
+    run = retry(mlflow_client.get_run, run_id)
+    retry(mlflow_client.update_run, run_id, status="RUNNING")
+    if ERROR_TAG in run.data.tags:
+        retry(mlflow_client.delete_tag, run_id, ERROR_TAG)
+    set_tags(uri, run_id, tags_for(run))
+
+
 def log_artifacts(uri: str, run_id: str, paths: Iterable[Path], artifact_path: Optional[str] = None) -> None:
     mlflow_client = client(uri)
     for path in paths:
