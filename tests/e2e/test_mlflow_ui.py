@@ -122,6 +122,8 @@ def mlflow_ui(finished_sweep, tmp_path):
     assert not _group_alive(proc.pid), "mlflow ui left processes behind"
 
 
+# Over 60 s with its fixtures (69 s in a full run): a 3-job sweep, an MLflow UI that answers
+# after 10-20 s, and a browser.
 def test_compare_view_shows_the_sweep(finished_sweep, mlflow_ui, tmp_path):
     assert Path(CHROMIUM).exists(), f"{CHROMIUM} not found: `apt-get install -y chromium` (scripts/test.sh does it)"
     from playwright.sync_api import sync_playwright

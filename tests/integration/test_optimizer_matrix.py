@@ -48,6 +48,8 @@ def _process_key(strategy: str, trainer: str) -> tuple:
     return flavour, 2 if "devices.logical_cpus=2" in STRATEGIES[strategy] else 1
 
 
+# Over 60 s under load (91 s in a full run): 20 cells in four task processes, the price of
+# one TensorFlow import per Keras flavour and device count instead of one per cell.
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory) -> Dict[str, dict]:
     processes: Dict[tuple, List[tuple]] = {}

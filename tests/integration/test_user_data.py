@@ -56,6 +56,8 @@ def setup(name: str, workdir: Path) -> None:
         path.write_bytes(bytes(raw))
 
 
+# Over 60 s under load (74 s in a full run): ten CLI runs, two at a time, each importing
+# TensorFlow; one run per source x trainer and per kind of bad data is what is checked.
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("user_data")
