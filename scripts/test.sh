@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The test command: installs xpdist with its test extras and the browser the UI test drives,
+# The test command: installs xpdist with its test and ray extras and the browser the UI test drives,
 # then runs the whole suite (fast, slow, cluster and browser tests). Extra args go to pytest,
 # e.g. `bash scripts/test.sh -m "not slow"` for the fast tests alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+# The ray extra: the cluster=ray tests start real Ray processes (they skip where Ray cannot start).
+python -m pip install --quiet --disable-pip-version-check -e ".[test,ray]"
 
 # Debian packages the browser and engine tests need: chromium (MLflow UI test), slurm-wlm and
 # munge (a real single-node SLURM), postgresql (the MLflow server's database), iproute2
