@@ -41,7 +41,7 @@ def test_every_engine_has_its_yaml_and_schema_entry_and_every_option_an_engine()
 def test_an_unknown_engine_names_the_known_ones():
     with pytest.raises(KeyError) as err:
         engines.get("localhots")
-    assert "Known: local, localhost, slurm, tf_config." in str(err.value)
+    assert "Known: local, localhost, ray, slurm, tf_config." in str(err.value)
     assert "Did you mean cluster=localhost?" in str(err.value)
 
 
