@@ -330,6 +330,32 @@ class CustomModel(ModelBase):
     kwargs: Dict[str, Any] = field(default_factory=_open_mapping)
 
 
+@dataclass
+class KerasAppModel(DropoutModel):
+    name: str = "keras_app"
+    # An architecture of keras.applications that Keras 3 and tf-keras both have (ResNet50,
+    # MobileNetV2, EfficientNetB0, ...: xpdist/core/keras_apps.py lists them), built with
+    # weights=None (nothing is downloaded) at the data set's image shape, without its top:
+    # global average pooling, then one Dense output of logits.
+    architecture: str = "ResNet50"
+
+
+@dataclass
+class TransformerModel(DropoutModel):
+    name: str = "transformer"
+    # Encoder blocks (self-attention + feed-forward, each with a residual and LayerNorm).
+    num_layers: int = 2
+    # Attention heads per block; width must be a multiple of it.
+    num_heads: int = 4
+    # Embedding width (the model dimension).
+    width: int = 64
+    # Hidden units of each block's feed-forward layer.
+    ff_width: int = 128
+    # Token ids are 0..vocab_size-1; null: the data set's dataset.vocab_size. The sequence
+    # length is the data's.
+    vocab_size: Optional[int] = None
+
+
 # ---- dataset: xpdist/core/schema_data.py -----------------------------------------------------
 
 
@@ -491,6 +517,10 @@ class DevicesConfig:
     # Split the CPU into this many logical devices (TensorFlow's virtual devices), so that
     # mirrored and central_storage run that many replicas without a GPU. 1: no split.
     logical_cpus: int = 1
+    # Peak FLOP/s of all the devices the run trains on together, for the run's mfu (achieved
+    # FLOP/s / this). null: from xpdist/task/flops.py's table of GPUs, times the GPUs that
+    # train; on a CPU or an unlisted device no mfu is logged.
+    peak_flops: Optional[float] = None
 
 
 @dataclass
@@ -559,7 +589,7 @@ OPTIONS: Dict[str, Dict[str, type]] = {
     "cross_ops": _by_name(AutoCrossOps, NcclCrossOps, HierarchicalCrossOps, ReductionToOneDeviceCrossOps),
     "communication": _by_name(AutoCommunication, RingCommunication, NcclCommunication),
     "cluster": _by_name(LocalCluster, LocalhostCluster, TfConfigCluster, SlurmCluster, RayCluster),
-    "model": _by_name(LinearModel, MlpModel, CnnModel, CustomModel),
+    "model": _by_name(LinearModel, MlpModel, CnnModel, KerasAppModel, TransformerModel, CustomModel),
     "dataset": DATASETS,
     "optimizer": _by_name(SgdOptimizer, AdamOptimizer, AdamWOptimizer, RmspropOptimizer, AdagradOptimizer,
                           LionOptimizer, LambOptimizer, CustomOptimizer),

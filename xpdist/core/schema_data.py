@@ -97,6 +97,20 @@ class SyntheticImagesDataset(InMemoryDataset):
 
 
 @dataclass
+class SyntheticTokensDataset(InMemoryDataset):
+    name: str = "synthetic_tokens"
+    per_replica_batch_size: int = 32
+    # Number of examples (sequences).
+    num_examples: int = 1024
+    # Tokens per sequence.
+    seq_len: int = 64
+    # Token ids are 0..vocab_size-1, drawn uniformly.
+    vocab_size: int = 1000
+    # Number of classes of the sequence label.
+    num_classes: int = 2
+
+
+@dataclass
 class DigitsDataset(InMemoryDataset):
     name: str = "digits"
     validation_split: float = 0.2
@@ -174,5 +188,5 @@ class PluginDataset(InMemoryDataset):
 
 # Every option of the dataset group by name, in the order of docs/configuration.md.
 DATASETS: Dict[str, type] = {cls.name: cls for cls in (
-    SyntheticRegressionDataset, SyntheticImagesDataset, DigitsDataset, NpzDataset, MnistDataset,
+    SyntheticRegressionDataset, SyntheticImagesDataset, SyntheticTokensDataset, DigitsDataset, NpzDataset, MnistDataset,
     TfrecordDataset, ImageFolderDataset, CustomDataset, PluginDataset)}

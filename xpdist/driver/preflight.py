@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 from xpdist.core import plan as planning
 from xpdist.core import data_sources, schema, strategies
 from xpdist.core.errors import ConfigError
-from xpdist.driver import data_checks, engines, strategy_checks, training_checks
+from xpdist.driver import data_checks, engines, model_checks, strategy_checks, training_checks
 from xpdist.tracking import names
 
 
@@ -38,6 +38,7 @@ def check(cfg, launch_dir: Path) -> planning.Plan:
     _check_numbers(cfg)
     data_checks.check_source(cfg, launch_dir)
     _check_model_fits_data(cfg, launch_dir)
+    model_checks.check(cfg, launch_dir)
     _check_model_target(cfg)
     _check_precision(cfg)
     _check_model_logging(cfg)

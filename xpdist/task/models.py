@@ -55,6 +55,79 @@ def cnn(keras, cfg, input_shape, num_outputs):
     return keras.Sequential(layers)
 
 
+@MODELS.register("keras_app")
+def keras_app(keras, cfg, input_shape, num_outputs):
+    """An architecture of keras.applications with weights=None (nothing downloaded), without its
+    top, at the data's image shape; then global average pooling and one Dense of logits.
+
+    The applications' own top ends in a softmax; the run's losses take logits, so the top is ours.
+    """
+    build = getattr(keras.applications, cfg.model.architecture)
+    base = build(include_top=False, weights=None, input_shape=tuple(input_shape), pooling="avg")
+    x = base.output
+    if cfg.model.dropout:
+        x = keras.layers.Dropout(cfg.model.dropout)(x)
+    outputs = keras.layers.Dense(num_outputs, kernel_regularizer=keras.regularizers.L2(cfg.model.l2))(x)
+    return keras.Model(base.inputs, outputs, name=cfg.model.architecture.lower())
+
+
+@MODELS.register("transformer")
+def transformer(keras, cfg, input_shape, num_outputs):
+    """A small encoder classifier: token and learned position embeddings, model.num_layers
+    post-norm blocks (multi-head self-attention, feed-forward of model.ff_width, residuals and
+    LayerNorm), mean pooling over the sequence, one Dense of logits."""
+    m = cfg.model
+    seq_len = int(input_shape[0])
+    vocab = int(m.vocab_size if m.vocab_size is not None else cfg.dataset.vocab_size)
+    inputs = keras.Input(shape=(seq_len,), dtype="int32")
+    x = keras.layers.Embedding(vocab, m.width)(inputs)
+    x = position_embedding_layer(keras)(seq_len, m.width)(x)
+    for _ in range(m.num_layers):
+        attended = keras.layers.MultiHeadAttention(m.num_heads, m.width // m.num_heads, dropout=m.dropout)(x, x)
+        x = keras.layers.LayerNormalization()(keras.layers.Add()([x, attended]))
+        hidden = keras.layers.Dense(m.ff_width, activation="relu")(x)
+        hidden = keras.layers.Dense(m.width)(hidden)
+        if m.dropout:
+            hidden = keras.layers.Dropout(m.dropout)(hidden)
+        x = keras.layers.LayerNormalization()(keras.layers.Add()([x, hidden]))
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    outputs = keras.layers.Dense(num_outputs, kernel_regularizer=keras.regularizers.L2(m.l2))(x)
+    return keras.Model(inputs, outputs, name="transformer")
+
+
+_POSITION_LAYERS: Dict[str, type] = {}
+
+
+def position_embedding_layer(keras) -> type:
+    """The learned position embedding layer of the given Keras (one class per flavour).
+
+    Keras 3 and tf-keras have no position embedding layer in common (keras-hub's needs Keras 3),
+    so it is this small layer, registered as `xpdist>PositionEmbedding` so that a saved model
+    loads again in a process that has called this function for its Keras.
+    """
+    key = keras.__name__
+    if key not in _POSITION_LAYERS:
+        @keras.utils.register_keras_serializable(package="xpdist")
+        class PositionEmbedding(keras.layers.Layer):
+            def __init__(self, length, width, **kwargs):
+                super().__init__(**kwargs)
+                self.length, self.width = int(length), int(width)
+
+            def build(self, input_shape):
+                self.table = self.add_weight(name="table", shape=(self.length, self.width),
+                                             initializer=keras.initializers.RandomNormal(stddev=0.02))
+                super().build(input_shape)
+
+            def call(self, x):
+                return x + self.table
+
+            def get_config(self):
+                return {**super().get_config(), "length": self.length, "width": self.width}
+
+        _POSITION_LAYERS[key] = PositionEmbedding
+    return _POSITION_LAYERS[key]
+
+
 @MODELS.register("custom")
 def custom(keras, cfg, input_shape, num_outputs):
     """Calls model._target_, the user's model function, and checks it built with the run's Keras.
