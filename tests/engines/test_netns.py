@@ -62,11 +62,15 @@ class Cluster:
             pytest.fail(f"{name} still running after {timeout}s:\n{out}")
         return proc.returncode, out
 
-    def stop_all(self) -> None:
-        for proc in self.procs.values():
+    def stop_all(self) -> Dict[str, str]:
+        """Kills what is left; returns each task's output (once: later calls return nothing)."""
+        outs = {}
+        for name, proc in self.procs.items():
             if proc.poll() is None:
                 proc.kill()
-            proc.communicate()
+            if proc.stdout is not None and not proc.stdout.closed:
+                outs[name] = proc.communicate()[0]
+        return outs
 
     def runs(self):
         from mlflow.tracking import MlflowClient
@@ -79,9 +83,12 @@ class Cluster:
 def wait_for_file(path: Path, cluster: Cluster, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
-        if time.monotonic() > deadline or any(p.poll() is not None for p in cluster.procs.values()):
-            cluster.stop_all()
-            pytest.fail(f"{path} never appeared")
+        ended = {name: p.returncode for name, p in cluster.procs.items() if p.poll() is not None}
+        if ended or time.monotonic() > deadline:
+            outs = cluster.stop_all()
+            tails = "\n".join(f"--- {name} (exit {ended.get(name)}):\n" + "\n".join(out.splitlines()[-25:])
+                              for name, out in outs.items() if name in ended or not ended)
+            pytest.fail(f"{path} never appeared; ended early: {ended or 'none'}\n{tails}")
         time.sleep(0.2)
 
 
