@@ -92,7 +92,7 @@ def train(ctx: TrainContext) -> Dict[str, float]:
     return TRAINERS.get(ctx.cfg.trainer.name)(ctx)
 
 
-def save_outputs(ctx: TrainContext) -> None:
+def save_outputs(ctx: TrainContext, preloaded: Optional[export.Preload] = None) -> None:
     """The chief saves the final model; the Hydra process logs it and the checkpoints as artifacts.
 
     Under multi_worker_mirrored saving reads variables through collectives, so every worker
@@ -108,7 +108,7 @@ def save_outputs(ctx: TrainContext) -> None:
         return
     if ctx.cfg.tracking.log_model:
         ctx.model.save(str(ctx.job.model))
-        export.save_mlflow_model(ctx, ctx.job.model, ctx.job.mlflow_model)
+        export.save_mlflow_model(ctx, ctx.job.model, ctx.job.mlflow_model, preloaded)
 
 
 def serve(tf, resolver, job: JobDir) -> None:
@@ -128,27 +128,57 @@ def serve(tf, resolver, job: JobDir) -> None:
           "stopping (training is over, or this task is cut off)", flush=True)
 
 
-def wait_for_chief_to_leave(address, poll_s: float = 2.0, grace_s: float = 10.0) -> None:
-    """Returns once the coordinator, seen up once, has not accepted a connection for grace_s.
+def wait_for_chief_to_leave(address: str, look_s: float = 0.1, grace_s: float = 2.0) -> None:
+    """Returns once the coordinator, seen up once, is gone.
 
     A tf.distribute.Server serves forever, and nothing in TensorFlow tells it that training is
     over. On localhost the launcher stops it; a task that a cluster manager started (srun,
-    a TFJob) would otherwise keep its allocation until the job's time limit. The coordinator's
-    own server (connect_to_cluster starts it) goes away when the coordinator exits.
+    a TFJob) would otherwise keep its allocation, and its port, until the job's time limit.
+
+    The coordinator's own server (connect_to_cluster starts it) lives as long as the
+    coordinator. This task looks for it every look_s from the moment it serves (before the
+    coordinator can have trained: it needs this server) and, once connected, holds that TCP
+    connection open: its end, when the coordinator's process exits, wakes this task at once,
+    however slow the machine, where looking every 2 s missed a coordinator up for less than
+    that. gRPC also drops an idle connection that never says HTTP/2 (its handshake timeout),
+    so an end is confirmed by connecting again for grace_s. TCP keepalive ends the wait on a
+    coordinator whose host vanished without closing (about 25 s). No shared file system.
     """
     import socket
     import time
 
     host, _, port = address.rpartition(":")
-    seen, last_up = False, time.monotonic()
+    seen, gone_at = False, 0.0
     while True:
         try:
-            with socket.create_connection((host, int(port)), timeout=poll_s):
-                seen, last_up = True, time.monotonic()
+            conn = socket.create_connection((host, int(port)), timeout=max(look_s, 1.0))
         except OSError:
-            if seen and time.monotonic() - last_up >= grace_s:
+            conn = None
+        if conn is None:
+            if seen and time.monotonic() - gone_at >= grace_s:
                 return
-        time.sleep(poll_s)
+            time.sleep(look_s)
+            continue
+        seen = True
+        with conn:
+            _hold(conn)
+        gone_at = time.monotonic()
+
+
+def _hold(conn) -> None:
+    """Blocks until the peer closes the connection (or keepalive finds it dead)."""
+    import socket
+
+    conn.settimeout(None)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3)):  # Linux
+        if hasattr(socket, name):
+            conn.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+    try:
+        while conn.recv(4096):  # whatever the server says is drained; b"" is its close
+            pass
+    except OSError:  # reset, or keepalive's timeout
+        pass
 
 
 def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> Optional[int]:
@@ -172,6 +202,9 @@ def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> Optional[int]:
         if cluster.is_chief:
             job.write_resolved(spec.plan)
     ctx = build_context(tf, cfg, spec, strategy, job, cluster)
+    preloaded = None
+    if cluster.is_chief and cfg.tracking.log_model:  # the export's imports, while training runs
+        preloaded = export.preload(ctx, lambda: ctx.first_step_at is not None or bool(ctx.history))
     if cluster.is_chief:  # the other workers wait for the chief in their first collective
         wait_for_run(job)
     try:
@@ -183,7 +216,7 @@ def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> Optional[int]:
         summary.update(flops.figures(ctx, final))  # after training: counting costs the first step nothing
         ctx.logger.add(summary, step=int(cfg.trainer.epochs))  # not len(history): a resumed run has fewer
         ctx.logger.flush()
-    save_outputs(ctx)
+    save_outputs(ctx, preloaded)
     return stopped_early_at(ctx)
 
 

@@ -1,0 +1,42 @@
+"""The export's preload (xpdist/task/export.py): MLflow's import and first-save costs paid
+while training runs, never a hang or an error of its own at the end."""
+
+import sys
+import threading
+import types
+import warnings
+
+from xpdist.task import export
+
+
+def _ctx(**tf_attrs):
+    import keras
+
+    return types.SimpleNamespace(plan=types.SimpleNamespace(keras="keras3"), keras=keras,
+                                 tf=types.SimpleNamespace(**tf_attrs))
+
+
+def test_waits_for_training_then_saves_a_throwaway_model_with_the_runs_requirements():
+    began = threading.Event()
+    thread = export.preload(_ctx(__version__="2.21.0"), began.is_set)
+    thread.join(timeout=0.5)
+    assert thread.is_alive()  # training has not begun: nothing is imported on its behalf yet
+    began.set()
+    thread.join(timeout=120)
+    assert not thread.is_alive() and thread.error is None
+    assert "mlflow.pyfunc" in sys.modules and "mlflow.keras" in sys.modules
+
+
+def test_finish_returns_when_training_never_said_it_began_and_mlflow_warns_nothing_on_the_tasks_output():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        thread = export.preload(_ctx(__version__="2.21.0"), lambda: False)
+        thread.finish()
+    assert not thread.is_alive() and thread.error is None
+    assert [str(w.message) for w in caught if "mlflow" in w.filename] == []
+
+
+def test_a_failure_is_kept_for_the_export_to_meet_again_not_raised():
+    thread = export.preload(_ctx(), lambda: True)  # no tf.__version__: requirements() fails
+    thread.finish()
+    assert isinstance(thread.error, AttributeError)
