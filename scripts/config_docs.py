@@ -99,35 +99,40 @@ def option_summary(group: str, name: str) -> str:
     return " ".join(line.lstrip("#").strip() for line in lines if line.startswith("#"))
 
 
-def render() -> str:
+def _compose(overrides=()):
     schema.register_configs()
-    out = [INTRO]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        defaults = OmegaConf.to_container(compose(config_name="config"), enum_to_str=True)
-        for group, options in schema.OPTIONS.items():
-            default = defaults[group]["name"]
-            out.append(f"## {group}\n")
-            out.append(f"Options: {', '.join(f'`{n}`' for n in options)} (default `{default}`).\n")
-            for name, cls in options.items():
-                cfg = compose(config_name="config", overrides=[f"{group}={name}"])
-                values = OmegaConf.to_container(cfg[group], enum_to_str=True)
-                out.append(f"### {group}={name}\n")
-                out.append(option_summary(group, name) + "\n")
-                out.extend(table(f"{group}.", cls, values))
-                out.append("")
-        for group, options in schema.MULTI_GROUPS.items():
-            out.append(f"## {group}\n")
-            out.append(f"Options: {', '.join(f'`{n}`' for n in options)}, several at once "
-                       f"(`{group}=[{','.join(list(options)[:2])}]`; default none). Each chosen option fills "
-                       f"its own key: `{group}.<option>.<key>`.\n")
-            for name, cls in options.items():
-                cfg = compose(config_name="config", overrides=[f"{group}=[{name}]"])
-                values = OmegaConf.to_container(cfg[group][name], enum_to_str=True)
-                out.append(f"### {group}={name}\n")
-                out.append(option_summary(group, name) + "\n")
-                rows = table(f"{group}.{name}.", cls, values)
-                out.extend(rows if len(rows) > 2 else ["No keys."])
-                out.append("")
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def render(compose_with=_compose) -> str:
+    """The page; compose_with(overrides) composes the config (the tests pass their cached one)."""
+    out = [INTRO]
+    defaults = OmegaConf.to_container(compose_with(), enum_to_str=True)
+    for group, options in schema.OPTIONS.items():
+        default = defaults[group]["name"]
+        out.append(f"## {group}\n")
+        out.append(f"Options: {', '.join(f'`{n}`' for n in options)} (default `{default}`).\n")
+        for name, cls in options.items():
+            cfg = compose_with([f"{group}={name}"])
+            values = OmegaConf.to_container(cfg[group], enum_to_str=True)
+            out.append(f"### {group}={name}\n")
+            out.append(option_summary(group, name) + "\n")
+            out.extend(table(f"{group}.", cls, values))
+            out.append("")
+    for group, options in schema.MULTI_GROUPS.items():
+        out.append(f"## {group}\n")
+        out.append(f"Options: {', '.join(f'`{n}`' for n in options)}, several at once "
+                   f"(`{group}=[{','.join(list(options)[:2])}]`; default none). Each chosen option fills "
+                   f"its own key: `{group}.<option>.<key>`.\n")
+        for name, cls in options.items():
+            cfg = compose_with([f"{group}=[{name}]"])
+            values = OmegaConf.to_container(cfg[group][name], enum_to_str=True)
+            out.append(f"### {group}={name}\n")
+            out.append(option_summary(group, name) + "\n")
+            rows = table(f"{group}.{name}.", cls, values)
+            out.extend(rows if len(rows) > 2 else ["No keys."])
+            out.append("")
     out.append("## Other keys\n")
     out.append("Keys outside the config groups, the same for every run.\n")
     out.extend(table("", schema.Config, defaults))

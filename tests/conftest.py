@@ -42,6 +42,9 @@ def xpdist_with_store(request, tmp_path: Path) -> Xpdist:
 # Session services a test reaches through these fixtures (tests/engines/conftest.py): the
 # tests that share them run in one xdist worker, which starts each service once.
 SHARED_SERVICES = {"pg_uri", "tracking", "hosts", "cluster_factory"}
+# Files that compose the same configs (every option of every group): one group, so that each
+# composition is made once (tests.helpers.compose caches them per process).
+SAME_GROUP = {"tests/unit/test_config_docs.py": "tests/unit/test_config.py"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks (--dist loadgroup)
@@ -50,7 +53,8 @@ def pytest_collection_modifyitems(items):
     its module-scoped runs are made once, and every test of the shared services in one group."""
     for item in items:
         shared = SHARED_SERVICES & set(getattr(item, "fixturenames", ()))
-        group = "services" if shared else item.nodeid.split("::", 1)[0]
+        path = item.nodeid.split("::", 1)[0]
+        group = "services" if shared else SAME_GROUP.get(path, path)
         item.add_marker(pytest.mark.xdist_group(group))
 
 

@@ -6,10 +6,9 @@ import copy
 import functools
 from pathlib import Path
 
-from hydra import compose as hydra_compose, initialize_config_dir
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
-from xpdist.core.schema import register_configs
+from tests.helpers import compose
 from xpdist.driver.job import plain_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -18,18 +17,18 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 def plain(*overrides: str):
     """The config as job.run hands it to preflight: composed, resolved, enums as names.
 
-    Composed without the hydra node, which halves the time a compose takes, and once per
-    distinct list of overrides in a test process (about 0.1 s each); every call gets its own
-    copy. The composition does not depend on the environment (no oc.env in conf/).
+    Made from tests.helpers.compose's composition (once per distinct list of overrides in a
+    test process, shared with the tests that compose with the hydra node), without the
+    hydra node; every call gets its own copy.
     """
-    return OmegaConf.create(copy.deepcopy(_composed(tuple(overrides))))
+    return OmegaConf.create(copy.deepcopy(_plain(tuple(overrides))))
 
 
 @functools.lru_cache(maxsize=None)
-def _composed(overrides: tuple) -> dict:
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = hydra_compose(config_name="config", overrides=list(overrides))
+def _plain(overrides: tuple) -> dict:
+    cfg = compose(overrides)
+    with open_dict(cfg):
+        del cfg["hydra"]
     return plain_config(cfg)
 
 
