@@ -34,8 +34,9 @@ def test_my_project_recipe_runs_its_own_model_and_data(tmp_path):
     assert "accuracy" in runs[0].data.metrics  # integer labels: a classification run
 
 
-def test_a_data_source_of_the_users_package_trains_from_another_directory(tmp_path):
-    """dataset=rings: my_sources.Rings, named by the project's YAML, found through PYTHONPATH from a
+def test_a_data_source_and_a_strategy_of_the_users_package_train_from_another_directory(tmp_path):
+    """dataset=rings: my_sources.Rings, and strategy=announced_mirrored: my_strategies'
+    MirroredStrategy subclass, each named by the project's YAML, found through PYTHONPATH from a
     working directory that is neither xpdist's checkout nor the project."""
     project = tmp_path / "my_project"
     shutil.copytree(REPO / "examples" / "my_project", project, ignore=shutil.ignore_patterns("data", "__pycache__"))
@@ -56,6 +57,10 @@ def test_a_data_source_of_the_users_package_trains_from_another_directory(tmp_pa
               for d in runs[0].inputs.dataset_inputs for tag in d.tags if tag.key == "mlflow.data.context"}
     assert inputs == {"training": ("rings-train", 480), "validation": ("rings-validation", 120)}, inputs
     assert "val_accuracy" in runs[0].data.metrics
+    # The subclass was built, with the devices strategy=mirrored plans (2 logical CPUs).
+    assert params["strategy"] == "mirrored" and params["strategy._target_"] == "my_strategies.AnnouncedMirroredStrategy"
+    announced = [line for line in done.stdout.splitlines() if line.startswith("my_strategies: mirroring over")]
+    assert len(announced) == 1 and announced[0].count("device:CPU:") == 2, done.stdout[-2000:]
 
     refused = subprocess.run([sys.executable, "-m", "xpdist", "--config-dir", str(project / "conf"),
                               "dataset=rings", "dataset.kwargs.rings=1"],

@@ -170,3 +170,42 @@ def test_no_module_outside_the_seam_names_a_strategy():
         offenders += [f"{path.relative_to(REPO)}: {name}" for name in names
                       if f'== "{name}"' in text or f'!= "{name}"' in text or f'("{name}",' in text]
     assert offenders == []
+
+
+# ---- a subclass of a strategy's TensorFlow class, named by strategy._target_ --------------
+
+class TensorFlowsClass:
+    """Stands for a strategy's TensorFlow class: strategy_class only checks subclassing."""
+
+
+class UsersSubclass(TensorFlowsClass):
+    pass
+
+
+def test_strategy_target_names_a_subclass_built_in_the_options_place():
+    from xpdist.task.strategies import strategy_class
+
+    tf = type("tf", (), {"keras": None})
+    assert strategy_class(tf, plain("strategy=mirrored"), TensorFlowsClass) is TensorFlowsClass
+    cfg = plain("strategy=mirrored", f"strategy._target_={__name__}.UsersSubclass")
+    assert strategy_class(tf, cfg, TensorFlowsClass) is UsersSubclass
+    cfg = plain("strategy=mirrored", f"strategy._target_={__name__}.test_a_registry_refuses_a_duplicate_"
+                                     "and_names_the_nearest_on_an_unknown_name")
+    with pytest.raises(ValueError, match=r"^strategy._target_=\S+ is not a subclass of TensorFlowsClass, the class "
+                                         r"of strategy=mirrored: give a subclass of it\.$"):
+        strategy_class(tf, cfg, TensorFlowsClass)
+
+
+# tpu takes the key too; its own check (no TPU here) refuses the config first.
+@pytest.mark.parametrize("name", ["one_device", "mirrored", "central_storage", "multi_worker_mirrored",
+                                  "parameter_server"])
+def test_every_strategy_with_a_class_takes_a_target_and_checks_its_package(tmp_path, name):
+    cfg = plain(f"strategy={name}", "strategy._target_=no_such_package.Strategy")
+    with pytest.raises(ConfigError) as err:
+        strategies.of(cfg).preflight(cfg)
+    assert err.value.key == "strategy._target_" and "no module 'no_such_package'" in str(err.value)
+
+
+def test_the_default_strategy_has_no_class_to_replace():
+    with pytest.raises(Exception, match="Could not override 'strategy._target_'"):
+        plain("strategy=default", "strategy._target_=my_pkg.Strategy")

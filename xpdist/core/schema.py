@@ -84,7 +84,14 @@ class DefaultStrategy(StrategyBase):
 
 
 @dataclass
-class LocalDevicesStrategy(StrategyBase):
+class ClassStrategy(StrategyBase):
+    # Your own subclass of this option's TensorFlow class (module.Class), built with the same
+    # arguments; the option's plan, checks and cluster stay. null: TensorFlow's class.
+    _target_: Optional[str] = None
+
+
+@dataclass
+class LocalDevicesStrategy(ClassStrategy):
     # Devices to use, e.g. ["/cpu:0", "/cpu:1"]. Empty: every visible GPU, else every
     # (logical) CPU.
     devices: List[str] = field(default_factory=list)
@@ -109,12 +116,12 @@ class CentralStorageStrategy(LocalDevicesStrategy):
 
 
 @dataclass
-class MultiWorkerMirroredStrategy(StrategyBase):
+class MultiWorkerMirroredStrategy(ClassStrategy):
     name: str = "multi_worker_mirrored"
 
 
 @dataclass
-class ParameterServerStrategy(StrategyBase):
+class ParameterServerStrategy(ClassStrategy):
     name: str = "parameter_server"
     # How variables are sharded over the parameter servers: none, min_size or fixed.
     variable_partitioner: Partitioner = Partitioner.none
@@ -127,7 +134,7 @@ class ParameterServerStrategy(StrategyBase):
 
 
 @dataclass
-class TpuStrategy(StrategyBase):
+class TpuStrategy(ClassStrategy):
     name: str = "tpu"
     # The TPU name or grpc:// address handed to TPUClusterResolver; "local" for a TPU VM's
     # own chips.

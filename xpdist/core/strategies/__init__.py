@@ -12,7 +12,9 @@ xpdist/task/strategies/.
 Adding a strategy `foo` is four files: `foo.py` here, `xpdist/task/strategies/foo.py`,
 `conf/strategy/foo.yaml` and its dataclass in xpdist/core/schema.py (OPTIONS["strategy"]).
 The registry reads this package's modules on first use; a user's own strategy registers
-with `STRATEGIES.register("foo")(FooSpec())`.
+with `STRATEGIES.register("foo")(FooSpec())`. A user's own subclass of a strategy's
+TensorFlow class needs none of this: `strategy._target_` names it, and it is planned and
+checked as the option it extends (examples/my_project/my_strategies.py).
 
 Example:
     spec = strategies.of(cfg)
@@ -28,6 +30,7 @@ from typing import Callable, ClassVar, Dict, List, Tuple
 
 from xpdist.core.errors import ConfigError
 from xpdist.core.registry import Registry
+from xpdist.core.targets import check_target
 
 # Config groups that tune one kind of strategy: each applies only under the strategies whose
 # spec lists it in applies_to; elsewhere it must stay `auto`, and is neither logged nor in the
@@ -126,6 +129,9 @@ class StrategySpec:
         Raises:
             ConfigError: naming the key at fault.
         """
+        if cfg.strategy.get("_target_"):  # the task imports it: here only its package is looked up
+            check_target(cfg, "strategy", "Give module.Class of your subclass of the strategy's TensorFlow class, "
+                                          "with its package installed or on PYTHONPATH.")
         if cfg.keras != "keras3" or cfg.trainer.name != "fit":
             return
         if self.keras3_fit is Keras3Fit.cannot_train:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from xpdist.core.registry import Registry
+from xpdist.task.strategies import strategy_class
 
 # cross_ops option -> MirroredStrategy's cross_device_ops (None: TensorFlow's choice).
 CROSS_OPS: Registry[Callable] = Registry("cross_ops")
@@ -36,4 +37,5 @@ def cross_device_ops(tf, cfg):
 
 
 def build(tf, cfg, plan):
-    return tf.distribute.MirroredStrategy(devices=plan.devices, cross_device_ops=cross_device_ops(tf, cfg))
+    cls = strategy_class(tf, cfg, tf.distribute.MirroredStrategy)
+    return cls(devices=plan.devices, cross_device_ops=cross_device_ops(tf, cfg))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from xpdist.core.clusterenv import ClusterEnv, slurm_tasks
 from xpdist.task.strategies._slurm import slurm_resolver
+from xpdist.task.strategies import strategy_class
 
 # communication option -> the name of its tf.distribute.experimental.CommunicationImplementation.
 IMPLEMENTATIONS = {"auto": "AUTO", "ring": "RING", "nccl": "NCCL"}
@@ -20,5 +21,5 @@ def build(tf, cfg, plan):
     # Started by srun, every task is a worker; elsewhere TF_CONFIG describes the cluster.
     srun = ClusterEnv.from_environ(cfg.cluster.name).srun_started
     resolver = slurm_resolver(tf, {"worker": slurm_tasks()}) if srun else None
-    return tf.distribute.MultiWorkerMirroredStrategy(
+    return strategy_class(tf, cfg, tf.distribute.MultiWorkerMirroredStrategy)(
         cluster_resolver=resolver, communication_options=communication_options(tf, cfg))

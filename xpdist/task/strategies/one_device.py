@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from xpdist.task.strategies import strategy_class
+
 
 def build(tf, cfg, plan):
-    return tf.distribute.OneDeviceStrategy(plan.devices[0])
+    return strategy_class(tf, cfg, tf.distribute.OneDeviceStrategy)(plan.devices[0])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from xpdist.core.clusterenv import ClusterEnv, slurm_tasks
 from xpdist.task.strategies._slurm import slurm_resolver
+from xpdist.task.strategies import strategy_class
 
 
 def cluster_resolver(tf, cfg):
@@ -28,7 +29,7 @@ def server(tf, cfg):
 
 def build(tf, cfg, plan):
     resolver = cluster_resolver(tf, cfg)
-    return tf.distribute.experimental.ParameterServerStrategy(
+    return strategy_class(tf, cfg, tf.distribute.experimental.ParameterServerStrategy)(
         resolver, variable_partitioner=variable_partitioner(tf, cfg, resolver))
 
 
