@@ -1,7 +1,8 @@
 """`python -m xpdist` and the `xpdist` command: the driver (xpdist/driver/main.py).
 
 The standby task starts here, before Hydra is imported (xpdist/driver/standby.py).
-`python -m xpdist docs [PAGE]` prints where the documentation is (xpdist/core/docs.py).
+`python -m xpdist docs [PAGE]` prints where the documentation is (xpdist/core/docs.py);
+`python -m xpdist advise [budget_s=N] OVERRIDES` probes strategies and recommends one (docs/advisor.md).
 """
 
 import sys
@@ -14,6 +15,10 @@ def cli() -> None:
         from xpdist.core import docs
 
         sys.exit(docs.cli(sys.argv[2:]))
+    if sys.argv[1:2] == ["advise"]:  # `python -m xpdist advise ...`: the strategy advisor (xpdist/driver/advise.py)
+        from xpdist.driver import advise
+
+        sys.exit(advise.cli(sys.argv[2:]))
     standby.start(sys.argv[1:])
     try:
         from xpdist.driver import main  # after the standby task's start: importing Hydra takes 0.25 s

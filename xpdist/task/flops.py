@@ -95,21 +95,36 @@ def peak_flops(tf, cfg, devices: int) -> Optional[Tuple[float, str]]:
     return None
 
 
-def figures(ctx, final: Dict[str, float]) -> Dict[str, float]:
-    """flops_per_example, achieved_flops_per_sec and (peak known) mfu, for the run's summary.
+def peak_memory(tf) -> Dict[str, float]:
+    """peak_memory_mb: the task process's peak resident memory (getrusage's ru_maxrss, KiB on
+    Linux), TensorFlow's runtime included; on a GPU also peak_gpu_memory_mb, TensorFlow's
+    allocator peak on the first GPU."""
+    import resource
 
-    A model whose graph the profiler cannot read gets none of them, and a line on stderr says why.
+    out = {"peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if tf.config.list_physical_devices("GPU"):
+        out["peak_gpu_memory_mb"] = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+    return out
+
+
+def figures(ctx, final: Dict[str, float]) -> Dict[str, float]:
+    """The summary figures beyond the trainer's: peak memory, flops_per_example,
+    achieved_flops_per_sec and (peak FLOP/s known) mfu.
+
+    Peak memory is read first, before counting traces anything. A model whose graph the
+    profiler cannot read gets no FLOP figures, and a line on stderr says why.
     """
     from xpdist.task import losses
 
+    memory = peak_memory(ctx.tf)
     started = time.perf_counter()
     try:
         flops = count_flops_per_example(ctx.tf, ctx.model, losses.build_loss(ctx.keras, ctx.cfg, ctx.arrays.kind),
                                         ctx.arrays.kind)
     except Exception as err:  # noqa: BLE001 - a figure we cannot count is left out, not guessed
         print(f"xpdist: flops_per_example not counted ({type(err).__name__}: {err})", file=sys.stderr, flush=True)
-        return {}
-    out = {"flops_per_example": float(flops), "flops_count_s": time.perf_counter() - started}
+        return memory
+    out = {**memory, "flops_per_example": float(flops), "flops_count_s": time.perf_counter() - started}
     rate = final.get("steady_examples_per_sec")
     if rate:
         out["achieved_flops_per_sec"] = flops * rate

@@ -1,0 +1,102 @@
+"""`python -m xpdist advise`: real probes of every one-process strategy within a small budget,
+a parent run with the table and chart, a recommendation whose command line trains.
+
+One advisor run serves every test here. It takes over 60 s (65 s measured on 2 cores): it
+probes real strategies, each a process that imports TensorFlow, until its 40-s budget is
+spent, and a smaller budget would not reach the second round (other batch sizes).
+"""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers import TINY, xpdist_env
+
+pytestmark = pytest.mark.slow
+
+BUDGET_S = 40
+# 96 examples: one global batch of 2 replicas x 64 is larger than the data, so preflight refuses
+# the mirrored and central_storage candidates for real (REJECTED) and the search must go on.
+WORDS = ["model=cnn", "model.filters=[8]", "dataset=synthetic_images", "dataset.image_shape=[16,16,3]",
+         "dataset.num_examples=96"]
+
+
+@pytest.fixture(scope="module")
+def advised(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("advise")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "xpdist", "advise", f"budget_s={BUDGET_S}", "probe_epochs=3",
+                           "logical_cpus=[2]", *WORDS], cwd=workdir, env=xpdist_env(), capture_output=True, text=True,
+                          timeout=600)
+    elapsed = time.monotonic() - started
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("xpdist")
+    runs = client.search_runs([exp.experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("xpdist.advisor") == "true"]
+    return dict(done=done, elapsed=elapsed, client=client, parent=parent, workdir=workdir,
+                children=[r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id])
+
+
+def _table(advised):
+    path = advised["client"].download_artifacts(advised["parent"].info.run_id, "advice/advice.csv",
+                                                str(advised["workdir"]))
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_the_advisor_answers_within_its_budget_plus_one_probe(advised):
+    done = advised["done"]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "budget spent" in done.stdout
+    rows = _table(advised)
+    longest = max(float(r["probe_s"]) for r in rows)
+    # Start-up (compose, preflight, the store) and the report take a few seconds beyond the probes.
+    assert advised["elapsed"] < BUDGET_S + longest + 20
+
+
+def test_the_parent_run_holds_the_table_chart_and_recommendation(advised):
+    parent = advised["parent"]
+    assert parent.info.status == "FINISHED"
+    names = {f.path for f in advised["client"].list_artifacts(parent.info.run_id, "advice")}
+    assert names == {"advice/advice.md", "advice/advice.csv", "advice/advice.png"}
+    assert parent.data.metrics["candidates_probed"] == len(_table(advised))
+    assert parent.data.tags["advise.recommendation"].startswith("python -m xpdist model=cnn")
+    assert "recommended" in advised["done"].stdout
+
+
+def test_every_finished_probe_is_a_child_run_and_rejected_ones_are_recorded(advised):
+    rows = _table(advised)
+    finished = [r for r in rows if r["status"] == "FINISHED"]
+    assert {r["run_id"] for r in finished} == {c.info.run_id for c in advised["children"]}
+    for child in advised["children"]:
+        assert child.data.metrics["steady_examples_per_sec"] > 0 and child.data.metrics["flops_per_example"] > 0
+        assert child.data.params["trainer.epochs"] == "3"
+    rejected = [r for r in rows if r["status"] == "REJECTED"]
+    assert rejected and all("dataset.per_replica_batch_size" in r["error"] for r in rejected)
+    assert all(int(r["replicas"]) * int(r["per_replica_batch"]) > 96 for r in rejected)
+    # the search went on after the rejections: a second round at other batch sizes
+    assert any(r["per_replica_batch"] != "64" for r in rows)
+
+
+def test_the_recommended_command_line_trains(advised):
+    command = advised["parent"].data.tags["advise.recommendation"].split()
+    assert command[:3] == ["python", "-m", "xpdist"]
+    done = subprocess.run([sys.executable, *command[1:], *TINY], cwd=advised["workdir"], env=xpdist_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "FINISHED" in done.stdout
+
+
+def test_xpdist_report_reads_the_advisor_as_a_sweep(advised):
+    done = subprocess.run([sys.executable, "-m", "xpdist.report", "--sweep", advised["parent"].info.run_id,
+                           "--tracking-uri", f"sqlite:///{advised['workdir'] / 'mlflow.db'}", "--out", "report"],
+                          cwd=advised["workdir"], env=xpdist_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (advised["workdir"] / "report" / "report.md").exists()

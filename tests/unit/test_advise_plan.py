@@ -1,0 +1,89 @@
+"""The advisor's settings, candidates, ranking and recommendation, without running anything."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import xpdist_env
+from xpdist.core.errors import ConfigError
+from xpdist.driver import advise, advise_plan
+
+
+def test_the_advisors_keys_are_split_from_the_runs_overrides():
+    settings, overrides = advise_plan.parse(["budget_s=30", "model=cnn", "logical_cpus=[2]", "multi_process=true",
+                                             "dataset=synthetic_images"])
+    assert settings.budget_s == 30 and settings.logical_cpus == [2] and settings.multi_process
+    assert overrides == ["model=cnn", "dataset=synthetic_images"]
+
+
+@pytest.mark.parametrize("word,key", [("budget_s=0", "budget_s"), ("probe_epochs=1", "probe_epochs"),
+                                      ("budget_s=soon", "budget_s"), ("logical_cpus=[1]", "logical_cpus"),
+                                      ("strategy=mirrored", "strategy"), ("cross_ops=hierarchical", "cross_ops"),
+                                      ("dataset.per_replica_batch_size=8", "dataset.per_replica_batch_size"),
+                                      ("cluster.workers=2", "cluster.workers"), ("-m", "advise")])
+def test_bad_advisor_input_names_the_key(word, key):
+    with pytest.raises(ConfigError) as err:
+        advise_plan.parse([word])
+    assert err.value.key == key
+
+
+def test_cpu_candidates_cover_every_one_process_strategy_then_batches_of_the_two_fastest():
+    settings = advise_plan.Settings(batch=64, logical_cpus=[2, 4], multi_process=True)
+    rows = []
+    seen = []
+    for candidate in advise_plan.candidates(settings, rows):
+        seen.append(candidate.label)
+        eps = {"default": 900.0, "mirrored": 1000.0}.get(candidate.strategy, 100.0) + (candidate.replicas == 4)
+        rows.append({"label": candidate.label, "status": "FINISHED", "examples_per_sec": eps,
+                     "replicas": candidate.replicas, "per_replica_batch": candidate.per_replica_batch,
+                     "overrides": candidate.overrides})
+    assert seen[:2] == ["default-b64", "one_device-b64"]
+    assert "mirrored-hierarchical-2cpu-b64" in seen and "central_storage-4cpu-b64" in seen
+    assert "multi_worker_mirrored-2workers-b64" in seen
+    assert not any("nccl" in label for label in seen)  # no GPU: NCCL has no CPU kernel
+    # the two fastest of round one (mirrored on 4 CPUs: hierarchical, then reduction_to_one_device) at 32 and 128
+    assert seen[-4:] == ["mirrored-hierarchical-4cpu-b32", "mirrored-hierarchical-4cpu-b128",
+                         "mirrored-reduction_to_one_device-4cpu-b32", "mirrored-reduction_to_one_device-4cpu-b128"]
+
+
+def test_gpu_candidates_use_nccl_and_every_gpu():
+    labels = [c.label for c in advise_plan.first_round(advise_plan.Settings(gpus=4), 32)]
+    assert "mirrored-nccl-b32" in labels and not any("cpu" in label for label in labels)
+
+
+def test_ranking_scaling_efficiency_and_recommendation():
+    rows = [
+        {"label": "default-b64", "status": "FINISHED", "examples_per_sec": 1000.0, "replicas": 1, "per_replica_batch": 64,
+         "overrides": ["strategy=default"], "first_step_s": 3.0},
+        {"label": "mirrored-b64", "status": "FINISHED", "examples_per_sec": 1500.0, "replicas": 2,
+         "per_replica_batch": 64, "overrides": ["strategy=mirrored", "devices.logical_cpus=2"], "first_step_s": 4.0},
+        {"label": "central-b64", "status": "OOM", "examples_per_sec": None, "replicas": 2, "per_replica_batch": 64,
+         "overrides": ["strategy=central_storage"]},
+    ]
+    ranked = advise_plan.rank(rows)
+    assert [r["label"] for r in ranked] == ["mirrored-b64", "default-b64", "central-b64"]
+    assert ranked[0]["scaling_efficiency"] == pytest.approx(0.75)
+    answer = advise_plan.recommend(ranked, ["model=cnn"])
+    assert answer["command"] == "python -m xpdist model=cnn strategy=mirrored devices.logical_cpus=2"
+    assert "1.50x the best one-device probe" in answer["reason"] and "75%" in answer["reason"]
+
+
+def test_out_of_memory_errors_are_told_apart():
+    for text in ("ResourceExhaustedError: OOM when allocating tensor with shape[64,512,512]",
+                 "the task was killed by SIGKILL (out of memory?)", "MemoryError"):
+        assert advise._OOM.search(text)
+    assert not advise._OOM.search("ValueError: shapes (3,) and (4,) are incompatible")
+
+
+@pytest.mark.parametrize("words", [["budget_s=-1"], ["strategy=mirrored"], ["model=keras_app", "dataset=digits"],
+                                   ["model=nosuch"]])
+def test_bad_input_exits_2_with_one_line_and_no_store(tmp_path, words):
+    done = subprocess.run([sys.executable, "-m", "xpdist", "advise", *words], cwd=tmp_path, env=xpdist_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("xpdist: error: ")
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "advise").exists()
