@@ -13,6 +13,7 @@ the import competes with tracing for the interpreter lock.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 import threading
@@ -89,10 +90,19 @@ class Preload(threading.Thread):
             identity = type("Identity", (mlflow.pyfunc.PythonModel,), {"predict": predict})
 
             example = np.zeros((EXAMPLE_ROWS, 1), "float32")
-            with tempfile.TemporaryDirectory(prefix="xpdist-preload-") as scratch:
-                mlflow.pyfunc.save_model(f"{scratch}/model", python_model=identity(),
-                                         signature=infer_signature(example, example), input_example=example,
-                                         pip_requirements=requirements(self._ctx))
+            # MLflow's notes on this throw-away model (its pickling, its example's validation)
+            # would reach the task's output: its logger is quiet meanwhile. Nothing else in the
+            # task logs through MLflow before the export, which waits for this thread.
+            quiet = logging.getLogger("mlflow")
+            level = quiet.level
+            quiet.setLevel(logging.ERROR)
+            try:
+                with tempfile.TemporaryDirectory(prefix="xpdist-preload-") as scratch:
+                    mlflow.pyfunc.save_model(f"{scratch}/model", python_model=identity(),
+                                             signature=infer_signature(example, example), input_example=example,
+                                             pip_requirements=requirements(self._ctx))
+            finally:
+                quiet.setLevel(level)
         except Exception as err:  # noqa: BLE001  (see the class docstring)
             self.error = err
 
