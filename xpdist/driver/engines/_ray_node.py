@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import tempfile
 from pathlib import Path
@@ -30,6 +31,13 @@ from xpdist.driver import spawn
 OUTPUTS = ("result", "resolved", "task_error", "model", "mlflow_model", "checkpoints")
 # What a restarted task resumes from: the chief's recovery state.
 RECOVERY = ("checkpoints", "backup")
+# How a task starts here. A Ray worker ignores SIGINT, and its children inherit that through
+# exec; a multi_worker_mirrored task goes on after SIGTERM (seen here: TensorFlow's coordination
+# service takes SIGTERM as a preemption notice). Neither would stop the task but SIGKILL, with
+# nothing saved. This line gives SIGINT its default back before exec, so that Python turns it
+# into the task's KeyboardInterrupt, as on a terminal.
+EXEC_WITH_SIGINT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                    "os.execv(sys.argv[1], sys.argv[1:])")
 
 
 def pack(job: JobDir, names: Iterable[str]) -> bytes:
@@ -60,8 +68,8 @@ class Node:
 
     def __init__(self, task_file_name: str, is_chief: bool):
         self.name, self.is_chief = task_file_name, is_chief
-        self.home = Path(tempfile.mkdtemp(prefix=f"xpdist-ray-{task_file_name}-"))
-        self.job = JobDir(self.home / "job")
+        self.home: Optional[Path] = None  # made by start(), removed by close()
+        self.job = JobDir(Path("."))
         self.proc: Optional[subprocess.Popen] = None
         self.log_offset = self.metrics_offset = 0
 
@@ -83,7 +91,9 @@ class Node:
             shared: cluster.checkpoint_dir's directory for this job, on storage every node mounts:
                 the checkpoints and backups live there, so a task restarted elsewhere resumes.
         """
-        self.job.root.mkdir(parents=True)
+        self.home = Path(tempfile.mkdtemp(prefix=f"xpdist-ray-{self.name}-"))
+        self.job = JobDir(self.home / "job")
+        self.job.root.mkdir()
         unpack(job_files, self.job.root)
         if shared:
             for name in RECOVERY:
@@ -93,8 +103,15 @@ class Node:
         self.metrics_offset = self.job.metrics.stat().st_size if self.job.metrics.exists() else 0
         env = {**os.environ, **env, "TF_CONFIG": tf_config}
         env.pop("RAY_ADDRESS", None)
-        with open(self.job.log_of(self.name), "ab") as log:  # the child holds its own copy
-            self.proc = spawn.spawn(spawn.task_command(str(self.job.root)), env, log)
+        # The thread Ray runs this method in blocks SIGTERM and SIGINT, and a child inherits
+        # its mask through exec: the task could not be stopped but by SIGKILL. Unblocked for the spawn.
+        blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            with open(self.job.log_of(self.name), "ab") as log:  # the child holds its own copy
+                command = [sys.executable, "-c", EXEC_WITH_SIGINT, *spawn.task_command(str(self.job.root))]
+                self.proc = spawn.spawn(command, env, log)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         return self.proc.pid
 
     @staticmethod
@@ -128,7 +145,7 @@ class Node:
         return pack(self.job, RECOVERY if recovery else OUTPUTS)
 
     def signal(self, signum: int) -> None:
-        """Signals the task's process group (its SIGINT or SIGTERM lets it save and stop)."""
+        """Signals the task's process group (its SIGINT lets it save and stop, see EXEC_WITH_SIGINT)."""
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signum)
@@ -139,7 +156,8 @@ class Node:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
-        shutil.rmtree(self.home, ignore_errors=True)
+        if self.home is not None:
+            shutil.rmtree(self.home, ignore_errors=True)
 
 
 def _read_from(path: Path, offset: int, whole_lines: bool = False) -> tuple:

@@ -170,11 +170,16 @@ class Ray(Engine):
     # ---- Ray -----------------------------------------------------------------------------------
 
     def _connect(self) -> None:
+        c, n = self.cfg.cluster, len(self.tasks)
+        if c.address not in ("auto", "local") and "RAY_AUTH_MODE" not in os.environ and _token_here():
+            # Ray 2.60 turns tokens on for clusters started on this machine (`ray start --head`)
+            # but reads an explicit address as a remote cluster without them: the client then
+            # sends no token and the head refuses it. A token found here says the user has one.
+            os.environ["RAY_AUTH_MODE"] = "token"  # read when Ray is first imported: set before
         import ray
 
         if ray.is_initialized():  # this process is a Ray task already (a sweep's job): its cluster
             return
-        c, n = self.cfg.cluster, len(self.tasks)
         quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
         try:
             if c.address == "local":
@@ -357,6 +362,12 @@ class Ray(Engine):
 
     def _log(self, task: TaskId) -> Path:
         return self.job.log_of(task.file_name)
+
+
+def _token_here() -> bool:
+    """Whether this machine has a Ray token where Ray looks for one (its value is never read here)."""
+    return bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+                or (Path.home() / ".ray" / "auth_token").exists())
 
 
 class _Unplaced(Exception):

@@ -1,0 +1,234 @@
+"""cluster=ray on real Ray processes: a private Ray (cluster.address=local) and one Ray head
+for the module (`ray start --head`), both on this machine.
+
+What is checked is what a user sees: the MLflow run read back, the weights of the model the
+chief's node sent back, the exit code and the one line of a refusal, and that nothing of the
+job is left in Ray (placement groups REMOVED, no actor process, no task process).
+Where Ray is not installed or cannot start, the tests that need it skip with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict
+
+import psutil
+import pytest
+
+from tests.helpers import LOG_MODEL, Xpdist, xpdist_env
+from tests.integration.test_cluster import epochs_logged, finish, only_run, start, weights
+
+# The model of tests/integration/test_cluster.py's equivalence test: 2 workers x 5 examples
+# and one device x 10 examples train the same steps.
+SAME_STEPS = ["trainer=ctl", "model=mlp", "model.hidden_units=[8]", "dataset.num_features=4", "dataset.noise=0.5",
+              "seed=7", LOG_MODEL]
+HAVE_RAY = importlib.util.find_spec("ray") is not None
+
+
+def need_ray() -> None:
+    if not HAVE_RAY:
+        pytest.skip("Ray is not installed (pip install 'xpdist[ray]')")
+
+
+@pytest.fixture(scope="module")
+def head():
+    """host:port of a one-node Ray cluster started for this module (`ray start --head --block`,
+    stopped by SIGTERM, which ends every process it started)."""
+    need_ray()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    temp = tempfile.mkdtemp(prefix="xr", dir="/tmp")  # Ray's socket paths must stay short
+    log = open(Path(temp) / "head.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
+                             f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=4",
+                             "--include-dashboard=false", f"--temp-dir={temp}", "--disable-usage-stats"],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=xpdist_env())
+    address = f"127.0.0.1:{port}"
+    try:
+        if not _answers(address, proc, timeout=90):
+            pytest.skip(f"a Ray head could not start here: {(Path(temp) / 'head.log').read_text()[-400:]}")
+        yield address
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def _answers(address: str, proc: subprocess.Popen, timeout: float) -> bool:
+    """Whether the head came up: a driver connects and sees its CPUs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if _ray_query(address, "ray.cluster_resources().get('CPU', 0)") == 4:
+            return True
+        time.sleep(1)
+    return False
+
+
+def _ray_query(address: str, expression: str):
+    """An expression evaluated by a driver connected to the head (a process of its own: this
+    one must not become a Ray driver), its value read back as JSON; None if it failed."""
+    code = ("import json, logging, ray\n"
+            f"ray.init(address={address!r}, logging_level=logging.ERROR)\n"
+            f"print(json.dumps({expression}))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=xpdist_env({"RAY_AUTH_MODE": "token"}))
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return None
+
+
+def placement_groups(address: str) -> Dict[str, str]:
+    """Each placement group the head has known, and its state."""
+    return _ray_query(address, "{k: v['state'] for k, v in ray.util.placement_group_table().items()}")
+
+
+def assert_nothing_left(address: str = None, driver_pid: int = None) -> None:
+    """No task process, no xpdist actor, no task directory on the node; with address, every
+    placement group REMOVED; with driver_pid, no process of that driver's private Ray."""
+    deadline = time.monotonic() + 15
+    while True:
+        left = []
+        for p in psutil.process_iter(["cmdline", "name"]):
+            line = " ".join(p.info["cmdline"] or [])
+            if "xpdist-ray-" in line or line.startswith("ray::Node") or (
+                    driver_pid and "session_" in line and f"_{driver_pid}/" in line):
+                left.append(f"{p.pid} {line[:80]}")
+        dirs = list(Path(tempfile.gettempdir()).glob("xpdist-ray-*"))
+        if not left and not dirs:
+            break
+        if time.monotonic() > deadline:
+            pytest.fail(f"left behind: {left} {dirs}")
+        time.sleep(0.5)
+    if address:
+        states = placement_groups(address)
+        assert states and set(states.values()) == {"REMOVED"}, states
+
+
+# --- bad input: one line, exit 2, no run (no Ray is started) ---------------------------------
+
+@pytest.mark.parametrize("overrides, line", [
+    (["strategy=multi_worker_mirrored", "cluster.workers=0"], "cluster.workers=0: a cluster needs at least one worker"),
+    (["strategy=multi_worker_mirrored", "cluster.placement=foo"], "cluster.placement=foo: cluster.placement takes one of spread, pack"),
+    (["strategy=mirrored"], "cluster=ray: strategy=mirrored runs in one process"),
+    (["strategy=parameter_server"], "cluster.ps=0: parameter_server needs at least one parameter server"),
+    (["strategy=multi_worker_mirrored", "cluster.address=ray://head:10001"], "cluster.address=ray://head:10001: expected auto, local or host:port"),
+    (["strategy=multi_worker_mirrored", "cluster.cpus_per_task=0"], "cluster.cpus_per_task=0.0: a task's bundle needs CPUs above 0"),
+])
+def test_bad_input_is_one_line_and_no_run(xpdist: Xpdist, overrides, line):
+    if "ray://" in str(overrides) or "cpus_per_task" in str(overrides):
+        need_ray()  # checked after Ray's presence
+    done = xpdist.run("cluster=ray", "cluster.address=local", *overrides)
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [out for out in done.stderr.splitlines() if out.startswith("xpdist: error:")]
+    assert len(errors) == 1 and line in errors[0], done.stderr
+    assert xpdist.runs() == []
+
+
+def test_address_auto_without_a_cluster_is_one_line(xpdist: Xpdist):
+    need_ray()
+    if os.environ.get("RAY_ADDRESS") or Path("/tmp/ray/ray_current_cluster").exists():
+        pytest.skip("a Ray cluster runs on this machine: address=auto would find it")
+    done = xpdist.run("cluster=ray", "strategy=multi_worker_mirrored")
+    assert done.returncode == 2 and "cluster.address=auto: no Ray cluster runs on this machine" in done.stderr
+
+
+def test_ray_missing_names_the_extra(monkeypatch):
+    """Where Ray is not installed, preflight says which extra installs it."""
+    from tests.unit.unit_helpers import plain
+    from xpdist.core import strategies
+    from xpdist.core.errors import ConfigError
+    from xpdist.driver.engines import ray as engine
+
+    cfg = plain("strategy=multi_worker_mirrored", "cluster=ray", "cluster.address=local")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(engine.importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    with pytest.raises(ConfigError) as err:
+        engine.Ray.preflight(cfg, strategies.of(cfg).needs)
+    assert str(err.value) == ("cluster=ray: Ray is not installed in this Python. "
+                              "Install the extra: pip install 'xpdist[ray]'.")
+
+
+# --- training on Ray ------------------------------------------------------------------------
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_multi_worker_mirrored_on_a_private_ray_matches_one_device(xpdist: Xpdist, tmp_path):
+    """address=local: the laptop case. Ray starts for the run and is gone after it."""
+    need_ray()
+    job = tmp_path / "ray"
+    proc = start(xpdist, job, "strategy=multi_worker_mirrored", "cluster=ray", "cluster.address=local",
+                 "cluster.workers=2", "cluster.placement=spread", "communication=ring",
+                 "dataset.per_replica_batch_size=5", *SAME_STEPS)
+    out = finish(proc, timeout=400)
+    if "Ray could not be reached" in out:
+        pytest.skip(f"a private Ray could not start here: {out[-300:]}")
+    assert proc.returncode == 0, out
+    run = only_run(xpdist)
+    assert run.info.status == "FINISHED"
+    params = run.data.params
+    assert (params["cluster"], params["cluster.address"], params["cluster.placement"]) == ("ray", "local", "spread")
+    assert params["num_replicas"] == "2"
+    assert epochs_logged(xpdist, run) == [1, 2]
+    logs = {p.name: p.read_text() for p in (job / "logs").iterdir()}
+    assert {"worker-0.log", "worker-1.log"} <= logs.keys() and "start worker:1 on Ray" in logs["worker-1.log"]
+    assert "[worker:0] --- xpdist: start worker:0 on Ray" in out, "the chief's log follows on the terminal"
+    assert_nothing_left(driver_pid=proc.pid)
+    single = tmp_path / "single"
+    done = xpdist.run("strategy=one_device", *SAME_STEPS, "dataset.per_replica_batch_size=10",
+                      f"hydra.run.dir={single}", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    a, b = weights(job / "model.keras"), weights(single / "model.keras")
+    assert a.keys() == b.keys() and a
+    for name in a:
+        assert abs(a[name] - b[name]).max() < 1e-5, name
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_parameter_server_on_a_ray_cluster(xpdist: Xpdist, head, tmp_path):
+    job = tmp_path / "ps"
+    done = xpdist.run("strategy=parameter_server", "cluster=ray", f"cluster.address={head}", "cluster.workers=2",
+                      "cluster.ps=1", "cluster.placement=pack", f"hydra.run.dir={job}", timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = only_run(xpdist)
+    assert run.info.status == "FINISHED"
+    assert (run.data.params["cluster.ps"], run.data.params["cluster.placement"]) == ("1", "pack")
+    assert epochs_logged(xpdist, run) == [1, 2]
+    assert {p.name for p in (job / "logs").iterdir()} >= {"chief-0.log", "worker-0.log", "worker-1.log", "ps-0.log"}
+    assert (job / "result.json").exists(), "the chief's result came back from its node"
+    assert_nothing_left(head)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ctrl_c_leaves_no_actor_placement_group_or_running_run(xpdist: Xpdist, head, tmp_path):
+    job = tmp_path / "job"
+    proc = start(xpdist, job, "strategy=multi_worker_mirrored", "cluster=ray", f"cluster.address={head}",
+                 "trainer=ctl", "dataset.num_examples=1000", "trainer.epochs=40")
+    deadline = time.monotonic() + 300
+    while not (job / "metrics.jsonl").exists() or not (job / "metrics.jsonl").read_text().strip():
+        if proc.poll() is not None or time.monotonic() > deadline:  # an epoch's metrics came back
+            pytest.fail(f"no epoch came back from the chief's node:\n{finish(proc)}")
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out = finish(proc, timeout=120)
+    assert proc.returncode == 130, out
+    run = only_run(xpdist)
+    assert run.info.status == "KILLED", run.info.status
+    assert_nothing_left(head)
+
