@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO, Xpdist, xpdist_env
+from tests.helpers import REPO, TINY, Xpdist, xpdist_env
 
 pytestmark = pytest.mark.slow
 
@@ -67,3 +67,26 @@ def test_a_data_source_and_a_strategy_of_the_users_package_train_from_another_di
                              cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "dataset.kwargs.rings=1: a classifier needs 2 rings" in refused.stderr, \
         refused.stderr[-2000:]
+
+
+@pytest.mark.cluster
+def test_an_engine_of_the_users_package_runs_a_cluster_from_another_directory(tmp_path):
+    """cluster=notifying_localhost: my_engines.NotifyingLocalhost, a subclass of xpdist's localhost
+    engine named by the project's YAML, runs a two-worker job and reports its outcome."""
+    project = tmp_path / "my_project"
+    shutil.copytree(REPO / "examples" / "my_project", project, ignore=shutil.ignore_patterns("data", "__pycache__"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = xpdist_env({"PYTHONPATH": os.pathsep.join([str(REPO), str(project)])})
+    done = subprocess.run([sys.executable, "-m", "xpdist", "--config-dir", str(project / "conf"), *TINY,
+                           "strategy=multi_worker_mirrored", "cluster=notifying_localhost", "cluster.workers=2",
+                           "trainer.epochs=1", "dataset.num_examples=64"],
+                          cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+
+    runs = Xpdist(elsewhere).runs()
+    assert [r.info.status for r in runs] == ["FINISHED"]
+    params = runs[0].data.params
+    assert (params["cluster"], params["cluster._target_"]) == ("localhost", "my_engines.NotifyingLocalhost"), params
+    assert params["num_replicas"] == "2", params
+    assert (elsewhere / "notifications.txt").read_text() == "multi_worker_mirrored on 2 localhost workers: FINISHED\n"

@@ -161,7 +161,7 @@ def toy(monkeypatch):
 def toy_config(tmp_path, *overrides: str):
     cfg = plain(f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "tracking.system_metrics_interval_s=0.3",
                 *overrides)
-    cfg.cluster = {"name": "toy", "helpers": 1}
+    cfg.cluster = {"name": "toy", "_target_": None, "helpers": 1}
     return cfg
 
 
@@ -186,3 +186,33 @@ def test_a_toy_engine_runs_a_job_through_job_run(tmp_path, toy):
     assert run.info.status == "FINISHED"
     assert run.data.tags["cluster"] == "toy"
     assert "system/toy-1/memory_usage_megabytes" in run.data.metrics  # asked through Engine.task_pids
+
+
+# ---- a subclass of an engine, named by cluster._target_ -----------------------------------
+
+class ObservedLocalhost(engines.get("localhost")):
+    """A user's engine: localhost's, that a test can tell apart."""
+
+
+def test_cluster_target_names_a_subclass_that_runs_in_the_options_place(tmp_path):
+    cfg = plain("strategy=multi_worker_mirrored", "cluster=localhost", f"cluster._target_={__name__}.ObservedLocalhost")
+    assert engines.of(cfg) is ObservedLocalhost
+    assert engines.of(plain("strategy=multi_worker_mirrored", "cluster=localhost")) is engines.get("localhost")
+    preflight.check(cfg, tmp_path)  # the option's checks, inherited
+    with pytest.raises(ConfigError) as err:
+        preflight.check(plain("strategy=multi_worker_mirrored", "cluster=localhost", "cluster.workers=0",
+                              f"cluster._target_={__name__}.ObservedLocalhost"), tmp_path)
+    assert err.value.key == "cluster.workers"
+
+
+@pytest.mark.parametrize("cluster, target, says", [
+    ("localhost", "no_such_package.Engine", "it cannot be imported"),
+    ("slurm", f"{__name__}.ObservedLocalhost", "it is not a subclass of the engine of cluster=slurm"),
+    ("localhost", f"{__name__}.test_cluster_target_names_a_subclass_that_runs_in_the_options_place",
+     "cannot be imported"),  # a function, not a class
+])
+def test_a_cluster_target_that_is_no_subclass_of_the_options_engine_is_one_line(tmp_path, cluster, target, says):
+    cfg = plain("strategy=multi_worker_mirrored", f"cluster={cluster}", f"cluster._target_={target}")
+    with pytest.raises(ConfigError) as err:
+        preflight.check(cfg, tmp_path)
+    assert err.value.key == "cluster._target_" and says in str(err.value) and "\n" not in str(err.value), str(err.value)

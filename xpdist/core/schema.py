@@ -208,6 +208,9 @@ class NcclCommunication(CommunicationBase):
 class ClusterBase:
     # Fixed by each option: choose another with cluster=NAME.
     name: str = MISSING
+    # Your own subclass of this option's engine class (module.Class, see docs/contributing.md,
+    # "Adding an engine"), run in its place with the option's keys. null: xpdist's engine.
+    _target_: Optional[str] = None
     # Not a key: where each task learns its part of the cluster (core/clusterenv.py places):
     # nothing to read for one process, the TF_CONFIG variable, or srun's SLURM_* variables.
     place: ClassVar[str] = ""

@@ -37,7 +37,7 @@ def option_params(config: Dict[str, Any]) -> Dict[str, str]:
     `name` is left out where a summary param of the same name carries it (`model`, not
     `model.name`). The schema has one dataclass per option, so a linear model's run has
     no `model.filters` to log, and a cluster option has keys only where it starts
-    processes (cluster=local has none).
+    processes (cluster=local has only `_target_`, the user's engine class if any).
 
     Args:
         config: the composed config as plain data (enums as names).

@@ -12,7 +12,8 @@ engine shares (start a task in its own process group, stop it, follow a log, rea
 outcome, and localhost's multi-process Cluster); an engine is the policy that uses it. So a
 new engine is one module here, plus `conf/cluster/<name>.yaml` and its dataclass in
 xpdist/core/schema.py (OPTIONS["cluster"]), whose `place` says where its tasks read their
-part of the cluster (core/clusterenv.py). A user's own engine registers with
+part of the cluster (core/clusterenv.py). A user's own engine is usually a subclass of one of
+these, named by `cluster._target_` (see `of`); one with keys of its own registers with
 `ENGINES.register("foo")(Foo)`.
 
 Example:
@@ -22,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import signal
 import subprocess
 from typing import ClassVar, Dict, Optional, Type
@@ -128,8 +130,31 @@ def get(name: str) -> Type[Engine]:
 
 
 def of(cfg) -> Type[Engine]:
-    """The engine of the config's cluster option (cfg.cluster.name)."""
-    return get(cfg.cluster.name)
+    """The engine of the config's cluster option (cfg.cluster.name), or cluster._target_, the
+    user's subclass of it: a YAML in the user's --config-dir that extends an option and names
+    its own engine class makes an engine of the user's package, with no file of xpdist edited.
+
+    Raises:
+        ConfigError: cluster._target_ cannot be imported or is no subclass of the option's engine.
+    """
+    engine = get(cfg.cluster.name)
+    target = cfg.cluster.get("_target_")
+    return _subclass(target, engine) if target else engine
+
+
+@functools.lru_cache(maxsize=None)
+def _subclass(target: str, engine: Type[Engine]) -> Type[Engine]:
+    from hydra.utils import get_class
+
+    fix = (f"Give module.Class of a subclass of {engine.__module__}.{engine.__name__}, "
+           "with its package installed or on PYTHONPATH.")
+    try:
+        cls = get_class(target)
+    except Exception as err:  # Hydra raises ImportError, ValueError or its own InstantiationException
+        raise ConfigError("cluster._target_", target, f"it cannot be imported ({str(err).splitlines()[0]})", fix) from None
+    if not issubclass(cls, engine):
+        raise ConfigError("cluster._target_", target, f"it is not a subclass of the engine of cluster={engine.name}", fix)
+    return cls
 
 
 def for_job(cfg, plan: Plan, job: JobDir) -> Engine:
