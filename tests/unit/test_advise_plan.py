@@ -87,3 +87,12 @@ def test_bad_input_exits_2_with_one_line_and_no_store(tmp_path, words):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("xpdist: error: ")
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "advise").exists()
+
+
+def test_a_recommendation_from_probe_epochs_of_few_steps_says_so():
+    rows = [{"label": "mirrored-b64", "status": "FINISHED", "examples_per_sec": 9000.0, "replicas": 2,
+             "per_replica_batch": 64, "global_batch": 128, "overrides": ["strategy=mirrored"]}]
+    few = advise_plan.recommend(advise_plan.rank(rows), [], advise_plan.Settings(num_train=256))
+    assert "2 steps, too few" in few["reason"]
+    enough = advise_plan.recommend(advise_plan.rank(rows), [], advise_plan.Settings(num_train=2048))
+    assert "too few" not in enough["reason"]

@@ -65,8 +65,9 @@ def _check(settings: Settings, overrides: List[str], launch_dir: Path) -> None:
         raise ConfigError("overrides", " ".join(overrides), config_errors.one_line(err),
                           "Fix the override; `python -m xpdist --check OVERRIDES` shows the plan.") from None
     plain = OmegaConf.create(job.plain_config(cfg))
-    preflight.check(plain, launch_dir)
+    plan = preflight.check(plain, launch_dir)
     settings.batch = int(plain.dataset.per_replica_batch_size)
+    settings.num_train = plan.num_train
     settings.gpus = gpu_count()
 
 
@@ -103,7 +104,7 @@ def advise(settings: Settings, overrides: List[str], launch_dir: Path) -> int:
         status, error = "KILLED", "advise interrupted"
     finally:
         ranked = advise_plan.rank(rows)
-        answer = advise_plan.recommend(ranked, overrides)
+        answer = advise_plan.recommend(ranked, overrides, settings)
         _report(ranked, answer, uri, parent, out_dir, time.monotonic() - started)
         if status == "FINISHED" and not any(r["status"] == "FINISHED" for r in rows):
             status, error = "FAILED", "no candidate finished its probe"
