@@ -44,7 +44,12 @@ def cli(argv: Sequence[str]) -> int:
     except ConfigError as err:
         print(f"xpdist: error: {err}", file=sys.stderr)
         return 2
+    signal.signal(signal.SIGTERM, _interrupt)  # stopped by SIGTERM as by Ctrl-C: the runs are closed KILLED
     return advise(settings, overrides, Path.cwd())
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _check(settings: Settings, overrides: List[str], launch_dir: Path) -> None:
