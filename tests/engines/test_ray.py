@@ -9,6 +9,7 @@ Where Ray is not installed or cannot start, the tests that need it skip with the
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -24,7 +25,7 @@ from typing import Dict
 import psutil
 import pytest
 
-from tests.helpers import LOG_MODEL, Xpdist, xpdist_env
+from tests.helpers import LOG_MODEL, TINY, Xpdist, xpdist_env
 from tests.integration.test_cluster import epochs_logged, finish, only_run, start, weights
 
 # The model of tests/integration/test_cluster.py's equivalence test: 2 workers x 5 examples
@@ -78,13 +79,15 @@ def _answers(address: str, proc: subprocess.Popen, timeout: float) -> bool:
     return False
 
 
-def _ray_query(address: str, expression: str):
+def _ray_query(address: str, expression: str, netns=None):
     """An expression evaluated by a driver connected to the head (a process of its own: this
-    one must not become a Ray driver), its value read back as JSON; None if it failed."""
+    one must not become a Ray driver; in netns, that host's namespace), its value read back as
+    JSON; None if it failed."""
     code = ("import json, logging, ray\n"
             f"ray.init(address={address!r}, logging_level=logging.ERROR)\n"
             f"print(json.dumps({expression}))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    argv = [sys.executable, "-c", code]
+    done = subprocess.run(netns.exec_argv(argv) if netns else argv, capture_output=True, text=True, timeout=120,
                           env=xpdist_env({"RAY_AUTH_MODE": "token"}))
     try:
         return json.loads(done.stdout.strip().splitlines()[-1])
@@ -92,12 +95,12 @@ def _ray_query(address: str, expression: str):
         return None
 
 
-def placement_groups(address: str) -> Dict[str, str]:
+def placement_groups(address: str, netns=None) -> Dict[str, str]:
     """Each placement group the head has known, and its state."""
-    return _ray_query(address, "{k: v['state'] for k, v in ray.util.placement_group_table().items()}")
+    return _ray_query(address, "{k: v['state'] for k, v in ray.util.placement_group_table().items()}", netns)
 
 
-def assert_nothing_left(address: str = None, driver_pid: int = None) -> None:
+def assert_nothing_left(address: str = None, driver_pid: int = None, netns=None) -> None:
     """No task process, no xpdist actor, no task directory on the node; with address, every
     placement group REMOVED; with driver_pid, no process of that driver's private Ray."""
     deadline = time.monotonic() + 15
@@ -115,7 +118,7 @@ def assert_nothing_left(address: str = None, driver_pid: int = None) -> None:
             pytest.fail(f"left behind: {left} {dirs}")
         time.sleep(0.5)
     if address:
-        states = placement_groups(address)
+        states = placement_groups(address, netns)
         assert states and set(states.values()) == {"REMOVED"}, states
 
 
@@ -232,3 +235,124 @@ def test_ctrl_c_leaves_no_actor_placement_group_or_running_run(xpdist: Xpdist, h
     assert run.info.status == "KILLED", run.info.status
     assert_nothing_left(head)
 
+
+
+# --- two nodes: a Ray head and a worker node in network namespaces ---------------------------
+
+RAY_PORT = 6379  # each namespace has its own ports
+
+
+def _start_node(host, args, env, hidden: Path = None) -> subprocess.Popen:
+    """`ray start --block` in host's namespace; with hidden, in a mount namespace of its own
+    where that directory is an empty tmpfs (the node cannot see the driver's job directories)."""
+    temp = tempfile.mkdtemp(prefix="xn", dir="/tmp")  # Ray's socket paths must stay short
+    start = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--num-cpus=2",
+             "--disable-usage-stats", f"--node-ip-address={host.address}", f"--temp-dir={temp}", *args]
+    if hidden is not None:
+        script = f"mount --make-rprivate / && mount -t tmpfs xpdist-hidden {hidden} && exec {' '.join(start)}"
+        start = ["unshare", "--mount", "sh", "-c", script]
+    log = open(Path(temp) / "node.log", "w")
+    proc = subprocess.Popen(host.exec_argv(start), env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    proc.temp = temp
+    return proc
+
+
+def _stop_node(proc: subprocess.Popen) -> None:
+    """SIGTERM (Ray drains the node), SIGKILL to its process group after 10 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+class TwoNodes:
+    def __init__(self, head, worker, address: str, env: dict):
+        self.head, self.worker, self.address, self.env = head, worker, address, env
+        self.worker_node: subprocess.Popen = None
+
+
+@pytest.fixture(scope="module")
+def two_nodes(hosts, tmp_path_factory):
+    """A Ray head (2 CPUs) in one namespace and a worker node (2 CPUs) in another, whose view
+    of the file system lacks pytest's base temp directory, where every job directory lives."""
+    need_ray()
+    head, worker = hosts[0], hosts[1]
+    env = xpdist_env({"RAY_AUTH_MODE": "token"})  # both nodes and the driver read ~/.ray/auth_token
+    cluster = TwoNodes(head, worker, f"{head.address}:{RAY_PORT}", env)
+    nodes = [_start_node(head, ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"], env)]
+    try:
+        cluster.worker_node = _start_node(worker, [f"--address={cluster.address}"], env,
+                                          hidden=tmp_path_factory.getbasetemp())
+        nodes.append(cluster.worker_node)
+        deadline = time.monotonic() + 120
+        while _ray_query(cluster.address, "len([n for n in ray.nodes() if n['Alive']])", head) != 2:
+            if time.monotonic() > deadline or any(n.poll() is not None for n in nodes):
+                logs = " | ".join(Path(n.temp, "node.log").read_text()[-300:] for n in nodes)
+                pytest.skip(f"a two-node Ray cluster could not start here: {logs}")
+            time.sleep(1)
+        yield cluster
+    finally:
+        for node in reversed(nodes):
+            _stop_node(node)
+
+
+def run_on_head(cluster: TwoNodes, xpdist: Xpdist, *overrides: str, timeout: float = 400) -> subprocess.CompletedProcess:
+    """`python -m xpdist` on the head's node (the driver must run on a node of its cluster)."""
+    argv = [sys.executable, "-m", "xpdist", *TINY, *overrides, "cluster=ray", f"cluster.address={cluster.address}"]
+    return subprocess.run(cluster.head.exec_argv(argv), cwd=xpdist.workdir, env=cluster.env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def hosts_in(job: Path) -> set:
+    """The hosts of the TF_CONFIG each task was started with."""
+    found = set()
+    for log in (job / "logs").glob("*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            if "TF_CONFIG" in line:
+                spec = json.loads(line.split("TF_CONFIG ", 1)[1])["cluster"]
+                found |= {address.rsplit(":", 1)[0] for addresses in spec.values() for address in addresses}
+    return found
+
+
+@pytest.mark.ray
+@pytest.mark.netns
+@pytest.mark.slow
+def test_two_nodes_multi_worker_mirrored_one_task_per_node_matches_one_device(xpdist: Xpdist, two_nodes, tmp_path):
+    job = tmp_path / "ray"
+    done = run_on_head(two_nodes, xpdist, "strategy=multi_worker_mirrored", "cluster.workers=2",
+                       "cluster.placement=spread", "communication=ring", "dataset.per_replica_batch_size=5",
+                       *SAME_STEPS, f"hydra.run.dir={job}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert hosts_in(job) == {two_nodes.head.address, two_nodes.worker.address}, "one task on each node"
+    run = only_run(xpdist)
+    assert run.info.status == "FINISHED" and epochs_logged(xpdist, run) == [1, 2]
+    single = tmp_path / "single"
+    done = xpdist.run("strategy=one_device", *SAME_STEPS, "dataset.per_replica_batch_size=10",
+                      f"hydra.run.dir={single}", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    a, b = weights(job / "model.keras"), weights(single / "model.keras")
+    assert a.keys() == b.keys() and a
+    for name in a:
+        assert abs(a[name] - b[name]).max() < 1e-5, name
+    assert_nothing_left(two_nodes.address, netns=two_nodes.head)
+
+
+@pytest.mark.ray
+@pytest.mark.netns
+@pytest.mark.slow
+def test_two_nodes_parameter_server(xpdist: Xpdist, two_nodes, tmp_path):
+    job = tmp_path / "ps"
+    done = run_on_head(two_nodes, xpdist, "strategy=parameter_server", "cluster.workers=2", "cluster.ps=1",
+                       f"hydra.run.dir={job}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert hosts_in(job) == {two_nodes.head.address, two_nodes.worker.address}
+    run = only_run(xpdist)
+    assert run.info.status == "FINISHED" and epochs_logged(xpdist, run) == [1, 2]
+    assert {p.name for p in (job / "logs").iterdir()} >= {"chief-0.log", "worker-0.log", "worker-1.log", "ps-0.log"}
+    assert_nothing_left(two_nodes.address, netns=two_nodes.head)
