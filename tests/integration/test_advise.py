@@ -100,3 +100,33 @@ def test_xpdist_report_reads_the_advisor_as_a_sweep(advised):
                           cwd=advised["workdir"], env=xpdist_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (advised["workdir"] / "report" / "report.md").exists()
+
+
+def test_sigterm_closes_the_parent_and_the_probe_killed_and_leaves_no_process(tmp_path):
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-m", "xpdist", "advise", "budget_s=300", *WORDS], cwd=tmp_path,
+                            env=xpdist_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert "parent run" in proc.stdout.readline()
+        deadline = time.monotonic() + 60
+        probes = []
+        while time.monotonic() < deadline and not any("xpdist.task" in " ".join(p.cmdline()) for p in probes):
+            time.sleep(0.5)  # until the first probe's task process trains (or imports TensorFlow)
+            probes = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.is_running()]
+        assert probes, "no probe started"
+        proc.terminate()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, proc.stdout.read()[-2000:]
+    psutil.wait_procs(probes, timeout=30)
+    assert not [p for p in probes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("xpdist").experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("xpdist.advisor") == "true"]
+    assert parent.info.status == "KILLED"
+    assert all(r.info.status in ("KILLED", "FINISHED") for r in runs)
