@@ -100,9 +100,10 @@ def placement_groups(address: str, netns=None) -> Dict[str, str]:
     return _ray_query(address, "{k: v['state'] for k, v in ray.util.placement_group_table().items()}", netns)
 
 
-def assert_nothing_left(address: str = None, driver_pid: int = None, netns=None) -> None:
-    """No task process, no xpdist actor, no task directory on the node; with address, every
-    placement group REMOVED; with driver_pid, no process of that driver's private Ray."""
+def assert_nothing_left(address: str = None, driver_pid: int = None, netns=None, dirs: bool = True) -> None:
+    """No task process, no xpdist actor, no task directory on the node (unless not dirs: a node
+    that died could not remove its own); with address, every placement group REMOVED; with
+    driver_pid, no process of that driver's private Ray."""
     deadline = time.monotonic() + 15
     while True:
         left = []
@@ -111,11 +112,11 @@ def assert_nothing_left(address: str = None, driver_pid: int = None, netns=None)
             if "xpdist-ray-" in line or line.startswith("ray::Node") or (
                     driver_pid and "session_" in line and f"_{driver_pid}/" in line):
                 left.append(f"{p.pid} {line[:80]}")
-        dirs = list(Path(tempfile.gettempdir()).glob("xpdist-ray-*"))
-        if not left and not dirs:
+        found = list(Path(tempfile.gettempdir()).glob("xpdist-ray-*")) if dirs else []
+        if not left and not found:
             break
         if time.monotonic() > deadline:
-            pytest.fail(f"left behind: {left} {dirs}")
+            pytest.fail(f"left behind: {left} {found}")
         time.sleep(0.5)
     if address:
         states = placement_groups(address, netns)
@@ -296,6 +297,11 @@ def two_nodes(hosts, tmp_path_factory):
                 logs = " | ".join(Path(n.temp, "node.log").read_text()[-300:] for n in nodes)
                 pytest.skip(f"a two-node Ray cluster could not start here: {logs}")
             time.sleep(1)
+        # The mount namespace works: a Ray task on the worker node cannot see the job directories.
+        sees = "ray.get(ray.remote(lambda p: __import__('os').listdir(p)).options(resources={{'node:{}': 0.01}}).remote({!r}))"
+        base = str(tmp_path_factory.getbasetemp())
+        assert _ray_query(cluster.address, sees.format(worker.address, base), head) == []
+        assert _ray_query(cluster.address, sees.format(head.address, base), head)
         yield cluster
     finally:
         for node in reversed(nodes):
@@ -356,3 +362,36 @@ def test_two_nodes_parameter_server(xpdist: Xpdist, two_nodes, tmp_path):
     assert run.info.status == "FINISHED" and epochs_logged(xpdist, run) == [1, 2]
     assert {p.name for p in (job / "logs").iterdir()} >= {"chief-0.log", "worker-0.log", "worker-1.log", "ps-0.log"}
     assert_nothing_left(two_nodes.address, netns=two_nodes.head)
+
+
+@pytest.mark.ray
+@pytest.mark.netns
+@pytest.mark.slow
+def test_two_nodes_lost_node_fails_the_run_in_one_line(xpdist: Xpdist, two_nodes, tmp_path):
+    """The worker node's Ray (raylet, its actor, the task with it) SIGKILLed mid-training.
+
+    Last of the module: the worker node is gone after it.
+    """
+    job = tmp_path / "job"
+    argv = [sys.executable, "-m", "xpdist", *TINY, "strategy=multi_worker_mirrored", "cluster=ray",
+            f"cluster.address={two_nodes.address}", "trainer=ctl", "dataset.num_examples=1000", "trainer.epochs=40",
+            f"hydra.run.dir={job}"]
+    proc = subprocess.Popen(two_nodes.head.exec_argv(argv), cwd=xpdist.workdir, env=two_nodes.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while not (job / "metrics.jsonl").exists() or not (job / "metrics.jsonl").read_text().strip():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"no epoch came back from the chief's node:\n{finish(proc)}")
+        time.sleep(0.2)
+    lost = time.monotonic()
+    os.killpg(two_nodes.worker_node.pid, signal.SIGKILL)
+    out = finish(proc, timeout=240)
+    noticed_s = time.monotonic() - lost
+    assert proc.returncode != 0, out
+    errors = [line for line in out.splitlines() if line.strip().startswith("error:")]
+    assert len(errors) == 1 and "its Ray actor or node was lost" in errors[0], out
+    run = only_run(xpdist)
+    assert run.info.status == "FAILED"
+    assert noticed_s < 120, f"the lost node was noticed after {noticed_s:.0f} s"
+    print(f"lost node: the driver ended {noticed_s:.1f} s after the kill: {errors[0]}")  # seen with -s
+    assert_nothing_left(two_nodes.address, netns=two_nodes.head, dirs=False)
