@@ -69,7 +69,9 @@ def main() -> int:
     full: Dict[str, List[float]] = {r["label"]: [] for r in probes}
     for rep in range(args.repeats):  # interleaved: a slow spell of the machine hits every candidate alike
         for row in probes:
-            words = [*args.overrides, *row["overrides"].split(), f"trainer.epochs={args.epochs}",
+            # the candidate's own batch replaces the advisor's starting one
+            base = [w for w in args.overrides if not w.startswith("dataset.per_replica_batch_size=")]
+            words = [*base, *row["overrides"].split(), f"trainer.epochs={args.epochs}",
                      "trainer.progress=false", "tracking.log_model=false", "tracking.experiment=advise-rank",
                      f"tracking.run_name=full-{row['label']}-{rep}"]
             result = api.run(words, quiet=True)

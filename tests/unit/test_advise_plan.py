@@ -17,12 +17,14 @@ def test_the_advisors_keys_are_split_from_the_runs_overrides():
                                              "dataset=synthetic_images"])
     assert settings.budget_s == 30 and settings.logical_cpus == [2] and settings.multi_process
     assert overrides == ["model=cnn", "dataset=synthetic_images"]
+    settings, _ = advise_plan.parse(["dataset.per_replica_batch_size=16"])
+    assert settings.batch == 16  # the first round's batch; the candidates set it
 
 
 @pytest.mark.parametrize("word,key", [("budget_s=0", "budget_s"), ("probe_epochs=1", "probe_epochs"),
                                       ("budget_s=soon", "budget_s"), ("logical_cpus=[1]", "logical_cpus"),
                                       ("strategy=mirrored", "strategy"), ("cross_ops=hierarchical", "cross_ops"),
-                                      ("dataset.per_replica_batch_size=8", "dataset.per_replica_batch_size"),
+                                      ("dataset.per_replica_batch_size=8,16", "dataset.per_replica_batch_size"),
                                       ("cluster.workers=2", "cluster.workers"), ("-m", "advise")])
 def test_bad_advisor_input_names_the_key(word, key):
     with pytest.raises(ConfigError) as err:

@@ -65,7 +65,8 @@ def _check(settings: Settings, overrides: List[str], launch_dir: Path) -> None:
     register_configs()
     try:
         with initialize_config_module("xpdist.conf", version_base="1.3"):
-            cfg = compose(config_name="config", overrides=overrides)
+            batch = [f"{advise_plan.BATCH_KEY}={settings.batch}"] if settings.batch else []
+            cfg = compose(config_name="config", overrides=overrides + batch)
     except config_errors.COMPOSE_ERRORS as err:
         raise ConfigError("overrides", " ".join(overrides), config_errors.one_line(err),
                           "Fix the override; `python -m xpdist --check OVERRIDES` shows the plan.") from None

@@ -20,7 +20,9 @@ from xpdist.core.errors import ConfigError
 
 # Keys the advisor sets on each probe: the user cannot set them too.
 _CHOSEN = ("strategy", "cross_ops", "communication", "cluster", "devices.logical_cpus",
-           "dataset.per_replica_batch_size", "trainer.epochs", "trainer.steps_per_epoch", "tracking.run_name")
+           "trainer.epochs", "trainer.steps_per_epoch", "tracking.run_name")
+# The per-replica batch of the first round; the second tries half and twice the fastest's.
+BATCH_KEY = "dataset.per_replica_batch_size"
 
 
 @dataclass
@@ -37,7 +39,8 @@ class Settings:
     logical_cpus: List[int] = field(default_factory=lambda: [2, 4])
     # Also probe multi_worker_mirrored with 2 worker processes on cluster=localhost.
     multi_process: bool = False
-    # Per-replica batch of phase 1 (null: the data set's own), set from the composed config.
+    # Per-replica batch of the first round: dataset.per_replica_batch_size on the command
+    # line, else the data set's own (read from the composed config).
     batch: Optional[int] = None
     # GPUs on this machine, set by the advisor (xpdist.core.devices.gpu_count).
     gpus: int = 0
@@ -67,7 +70,10 @@ def parse(argv: List[str]) -> Tuple[Settings, List[str]]:
     types = {f.name: f.type for f in dataclasses.fields(Settings)}
     for word in argv:
         key, eq, value = word.partition("=")
-        if key in ("batch", "gpus") or not eq or key not in types:
+        if key == BATCH_KEY:
+            settings.batch = _batch(value)
+            continue
+        if key in ("batch", "gpus", "num_train") or not eq or key not in types:
             if word in ("-m", "--multirun") or word.startswith("hydra/"):
                 raise ConfigError("advise", word, "the advisor runs its own sweep", "Drop it.")
             if key.lstrip("+~").split(".")[0] in _CHOSEN or key.lstrip("+~") in _CHOSEN:
@@ -85,6 +91,13 @@ def parse(argv: List[str]) -> Tuple[Settings, List[str]]:
         raise ConfigError("logical_cpus", settings.logical_cpus, "mirrored and central_storage need 2 or more devices",
                           "Use logical_cpus=[2,4].")
     return settings, overrides
+
+
+def _batch(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(BATCH_KEY, text, "the advisor starts from one per-replica batch size",
+                          f"Give one positive integer, e.g. {BATCH_KEY}=32.")
+    return int(text)
 
 
 def _value(key: str, text: str) -> Any:
