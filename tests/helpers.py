@@ -36,16 +36,17 @@ def xpdist_env(extra: dict | None = None) -> dict:
 class Xpdist:
     """Runs `python -m xpdist` in a working directory of its own; its store is <dir>/mlflow.db."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, env: dict | None = None):
         self.workdir = workdir
         self.uri = f"sqlite:///{workdir / 'mlflow.db'}"
+        self.env = dict(env or {})  # every run's environment on top of xpdist_env's
 
     def run(self, *overrides: str, multirun: bool = False, timeout: float = 300, env: dict | None = None,
             tiny: bool = True) -> subprocess.CompletedProcess:
         cmd: List[str] = [sys.executable, "-m", "xpdist"] + (["-m"] if multirun else [])
         cmd += (TINY if tiny else []) + list(overrides)
-        return subprocess.run(cmd, cwd=self.workdir, env=xpdist_env(env), capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(cmd, cwd=self.workdir, env=xpdist_env({**self.env, **(env or {})}), capture_output=True,
+                              text=True, timeout=timeout)
 
     def client(self):
         from mlflow.tracking import MlflowClient
