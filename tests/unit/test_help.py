@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from tests.helpers import REPO, xpdist_env
@@ -13,11 +14,16 @@ from tests.helpers import REPO, xpdist_env
 CONF = REPO / "conf"
 
 
-def test_help_names_the_app_and_lists_every_group_and_option(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "xpdist", "--help"], cwd=tmp_path, env=xpdist_env(),
-                          capture_output=True, text=True, timeout=120)
+@pytest.fixture(scope="module")
+def out(tmp_path_factory) -> str:
+    """What `python -m xpdist --help` prints, run once for the module's tests (they only read it)."""
+    done = subprocess.run([sys.executable, "-m", "xpdist", "--help"], cwd=tmp_path_factory.mktemp("help"),
+                          env=xpdist_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    out = done.stdout
+    return done.stdout
+
+
+def test_help_names_the_app_and_lists_every_group_and_option(out):
     assert out.startswith("xpdist: declarative tf.distribute experiments"), out[:200]
     assert "powered by Hydra" not in out and "== Config ==" not in out  # no config dump
     groups = sorted(d.name for d in CONF.iterdir() if d.is_dir() and d.name not in ("hydra", "__pycache__"))
@@ -33,22 +39,14 @@ def test_help_names_the_app_and_lists_every_group_and_option(tmp_path):
     assert out.count("python -m xpdist ") >= 2  # the example commands
 
 
-def test_help_names_the_check_the_docs_command_and_the_tutorial(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "xpdist", "--help"], cwd=tmp_path, env=xpdist_env(),
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+def test_help_names_the_check_the_docs_command_and_the_tutorial(out):
     assert "python -m xpdist --check [overrides]" in out
     assert "python -m xpdist docs [PAGE]" in out and "python -m xpdist docs PAGE" in out
     for page in ("docs/tutorial.md", "docs/concepts.md"):
         assert page in out and (REPO / page).is_file(), page
 
 
-def test_help_lists_each_groups_default_first_and_the_launchers_and_sweeper(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "xpdist", "--help"], cwd=tmp_path, env=xpdist_env(),
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+def test_help_lists_each_groups_default_first_and_the_launchers_and_sweeper(out):
     defaults = {}
     for entry in yaml.safe_load((CONF / "config.yaml").read_text())["defaults"]:
         if isinstance(entry, dict):
