@@ -71,7 +71,8 @@ def test_cnn_flops_per_example_is_the_hand_count(xpdist):
     assert run.data.metrics["flops_count_s"] < 2.0
 
 
-LIST_APPS = "import json, tensorflow as tf; print(json.dumps(sorted(n for n in dir(tf.keras.applications) if n[0].isupper())))"
+LIST_APPS = ("import json, tensorflow as tf; "
+             "print(json.dumps(sorted(n for n in dir(tf.keras.applications) if n[0].isupper())))")
 
 
 @pytest.mark.parametrize("legacy", ["0", "1"])

@@ -58,8 +58,8 @@ def test_gpu_candidates_use_nccl_and_every_gpu():
 
 def test_ranking_scaling_efficiency_and_recommendation():
     rows = [
-        {"label": "default-b64", "status": "FINISHED", "examples_per_sec": 1000.0, "replicas": 1, "per_replica_batch": 64,
-         "overrides": ["strategy=default"], "first_step_s": 3.0},
+        {"label": "default-b64", "status": "FINISHED", "examples_per_sec": 1000.0, "replicas": 1,
+         "per_replica_batch": 64, "overrides": ["strategy=default"], "first_step_s": 3.0},
         {"label": "mirrored-b64", "status": "FINISHED", "examples_per_sec": 1500.0, "replicas": 2,
          "per_replica_batch": 64, "overrides": ["strategy=mirrored", "devices.logical_cpus=2"], "first_step_s": 4.0},
         {"label": "central-b64", "status": "OOM", "examples_per_sec": None, "replicas": 2, "per_replica_batch": 64,
