@@ -130,3 +130,5 @@ def test_sigterm_closes_the_parent_and_the_probe_killed_and_leaves_no_process(tm
     (parent,) = [r for r in runs if r.data.tags.get("xpdist.advisor") == "true"]
     assert parent.info.status == "KILLED"
     assert all(r.info.status in ("KILLED", "FINISHED") for r in runs)
+    # the probe that was stopped, if it had made its run, is recorded under the parent
+    assert all(r.data.tags.get("mlflow.parentRunId") == parent.info.run_id for r in runs if r is not parent)

@@ -106,6 +106,8 @@ def advise(settings: Settings, overrides: List[str], launch_dir: Path) -> int:
                 store.set_tags(uri, row["run_id"], {"mlflow.parentRunId": parent, "xpdist.job": str(row["job"])})
             print(f"xpdist: advise: {candidate.label}: {row['status']}"
                   + (f", {row['examples_per_sec']:,.0f} examples/s" if row.get("examples_per_sec") else ""), flush=True)
+            if row["interrupted"]:
+                raise KeyboardInterrupt
     except KeyboardInterrupt:
         status, error = "KILLED", "advise interrupted"
     finally:
@@ -132,17 +134,17 @@ def _probe(candidate: Candidate, overrides: List[str], settings: Settings, uri: 
         started = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-m", "xpdist", *words], cwd=launch_dir, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        timed_out = interrupted = False
         try:
-            output, _ = proc.communicate(timeout=settings.probe_timeout_s)
-            timed_out = False
+            output, _ = proc.communicate(timeout=settings.probe_timeout_s or settings.budget_s)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGTERM)  # the driver closes the run as KILLED and stops its task
             output, _ = proc.communicate()
             timed_out = True
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # its run is closed KILLED, and still joins the parent
             proc.send_signal(signal.SIGTERM)
-            proc.communicate()
-            raise
+            output, _ = proc.communicate()
+            interrupted = True
         wall = time.monotonic() - started
         result = json.loads(result_file.read_text()) if result_file.exists() else {}
     metrics = result.get("metrics") or {}
@@ -151,7 +153,9 @@ def _probe(candidate: Candidate, overrides: List[str], settings: Settings, uri: 
         lines = output.strip().splitlines()
         error = lines[-1] if lines else f"exit code {proc.returncode}"
     status = result.get("status") or ("REJECTED" if proc.returncode == 2 else "FAILED")
-    if timed_out:
+    if interrupted:
+        status = "KILLED"
+    elif timed_out:
         status = "TIMEOUT"
     elif status != "FINISHED" and _OOM.search(f"{error}\n{output}"):
         status = "OOM"
@@ -162,7 +166,7 @@ def _probe(candidate: Candidate, overrides: List[str], settings: Settings, uri: 
             "examples_per_sec": metrics.get("steady_examples_per_sec"), "first_step_s": metrics.get("first_step_s"),
             "peak_memory_mb": metrics.get("peak_gpu_memory_mb", metrics.get("peak_memory_mb")),
             "achieved_flops_per_sec": metrics.get("achieved_flops_per_sec"), "probe_s": wall,
-            "strategy": candidate.strategy}
+            "strategy": candidate.strategy, "interrupted": interrupted}
 
 
 def _report(ranked: List[Dict[str, Any]], answer: Optional[Dict[str, str]], uri: str, parent: str, out_dir: Path,

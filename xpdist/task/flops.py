@@ -54,7 +54,13 @@ def count_flops_per_example(tf, model, loss_fn, kind: str) -> int:
     graph = tf.function(step).get_concrete_function(*spec).graph
     options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
     options["output"] = "none"
-    counted = tf.compat.v1.profiler.profile(graph, options=options, cmd="op").total_float_ops
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel("ERROR")  # the compat.v1 API logs a deprecation notice on every call
+    try:
+        counted = tf.compat.v1.profiler.profile(graph, options=options, cmd="op").total_float_ops
+    finally:
+        logger.setLevel(level)
     return int(counted) + sum(einsum_flops(op) for op in graph.get_operations() if op.type == "Einsum")
 
 
