@@ -7,14 +7,17 @@ process, repetitions interleaved so that machine noise hits every way alike:
   script+mlflow  scripts/bench_baseline.py           (the guide's Model.fit, logging to MLflow)
   script         scripts/bench_baseline.py --no-mlflow
 
-It reports medians of whole-process wall time, time to the first training step (from the
-launch of the command), steady-state examples/sec (median of epochs 2.., training time only)
+It reports the median and the spread (min-max) over the repetitions of whole-process wall
+time, time to the first training step (from the launch of the command), the phases of training
+and after training, steady-state examples/sec (median of epochs 2.., training time only)
 and peak memory (largest process, from wait4's rusage, which covers the task processes
 xpdist starts; and the peak sum over every live process of the run, sampled with psutil),
 plus the cost of per-step metric logging (xpdist trainer.log_every_n_steps=1 against 0).
 It writes <out>/bench.json and <out>/bench.md.
 
     python scripts/bench.py                 # everything, 5 repetitions
+    python scripts/bench.py --reps 5 --workloads cnn linear --epochs 5 --ways xpdist script \
+        --strategies default mirrored-auto multi_worker_mirrored parameter_server --sweep --docs docs/performance.md
     python scripts/bench.py --reps 3 --workloads cnn --strategies one_device mirrored-auto
     python scripts/bench.py --quick         # before a change to the task, trainers or data pipeline
     python scripts/bench.py --quick --scale --docs docs/performance.md   # + cost at scale, sweeps; the docs' table
@@ -49,10 +52,12 @@ BASELINE = REPO / "scripts" / "bench_baseline.py"
 WAYS = ("xpdist", "script+mlflow", "script")
 # Extra xpdist way for the logging measurement: the same run with a metric logged every step.
 LOGGED = "xpdist+step-log"
-# Targets of issue 5, checked here rather than in timed tests.
-MAX_WALL_OVERHEAD_S = 1.5
-MAX_AFTER_TRAINING_S = 1.5  # plus writing the model and artifacts, which the script does not do
+# Targets of issues 5 and 27, checked here rather than in timed tests.
+MAX_WALL_OVERHEAD_S = 1.5  # in the median and in the maximum of the repetitions
+MAX_AFTER_TRAINING_S = 0.5  # median; writing the model and artifacts included, which the script does not do
 MAX_FIRST_STEP_S = 0.5
+MAX_MULTI_WORKER_FIRST_STEP_S = 1.5  # strategies of several task processes
+MAX_PARALLEL_SWEEP_CPU = 1.15  # the parallel sweep's CPU-seconds / the sequential sweep's
 MAX_STEP_LOG_COST_PCT = 2.0
 CNN_SPEEDUP = 1.2
 
@@ -72,6 +77,8 @@ class Strategy:
     script: List[str]
     workers: int = 1
     replicas: int = 1
+    # parameter_server: a chief (the coordinator) and this many ps tasks beside the workers.
+    ps: int = 0
 
 
 def workloads(quick: bool, epochs: int | None = None, work: Path = Path(".")) -> Dict[str, Workload]:
@@ -103,7 +110,8 @@ def workloads(quick: bool, epochs: int | None = None, work: Path = Path(".")) ->
 
 
 def strategies() -> Dict[str, Strategy]:
-    found = {"one_device": Strategy("one_device", ["strategy=one_device"], ["--strategy", "one_device"])}
+    found = {"default": Strategy("default", [], ["--strategy", "default"]),
+             "one_device": Strategy("one_device", ["strategy=one_device"], ["--strategy", "one_device"])}
     for ops in ("auto", "hierarchical", "reduction_to_one_device"):
         found[f"mirrored-{ops}"] = Strategy(
             f"mirrored-{ops}", ["strategy=mirrored", f"cross_ops={ops}", "devices.logical_cpus=2"],
@@ -113,6 +121,10 @@ def strategies() -> Dict[str, Strategy]:
     found["multi_worker_mirrored"] = Strategy(
         "multi_worker_mirrored", ["strategy=multi_worker_mirrored", "cluster=localhost", "cluster.workers=2"],
         ["--strategy", "multi_worker_mirrored"], workers=2, replicas=2)
+    # Model.fit (tf-keras) both ways; it allows no batch-level callback, so neither way has a first-step time.
+    found["parameter_server"] = Strategy(
+        "parameter_server", ["strategy=parameter_server", "cluster=localhost", "cluster.workers=2", "cluster.ps=1"],
+        ["--strategy", "parameter_server"], workers=2, ps=1)
     return found
 
 
@@ -167,8 +179,13 @@ class TreeSampler(threading.Thread):
             self.done.wait(self.interval_s)
 
 
-def run_processes(cmds: List[List[str]], envs: List[dict], cwd: Path, log: Path, timeout_s: float):
-    """Starts the commands at once; returns (launched_at, wall_s, exit codes, max rss MB, peak total MB)."""
+def run_processes(cmds: List[List[str]], envs: List[dict], cwd: Path, log: Path, timeout_s: float,
+                  first_ends: bool = False):
+    """Starts the commands at once; returns (launched_at, wall_s, exit codes, max rss MB, peak total MB).
+
+    With first_ends, the run ends with the first command (a parameter_server chief): the
+    others (servers that never end on their own) are killed then, and their codes left out.
+    """
     launched_at = time.time()
     start = time.perf_counter()
     with open(log, "w") as out:
@@ -178,7 +195,7 @@ def run_processes(cmds: List[List[str]], envs: List[dict], cwd: Path, log: Path,
         sampler.start()
         codes, maxrss = [], 0
         deadline = start + timeout_s
-        for proc in procs:
+        for proc in procs[:1] if first_ends else procs:
             # wait4's rusage covers the process and every descendant it waited for (xpdist's tasks).
             while True:
                 pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -194,6 +211,9 @@ def run_processes(cmds: List[List[str]], envs: List[dict], cwd: Path, log: Path,
             codes.append(proc.returncode)
             maxrss = max(maxrss, usage.ru_maxrss)
         wall = time.perf_counter() - start
+        for proc in procs[1:] if first_ends else []:
+            proc.kill()
+            proc.wait()
         sampler.done.set()
         sampler.join()
     return launched_at, wall, codes, maxrss / 1024.0, sampler.peak / 2 ** 20
@@ -258,14 +278,18 @@ def run_script(m: Measure, args: List[str], strategy: Strategy, work: Path, time
         cmd += ["--tracking-uri", f"sqlite:///{work / 'script' / 'mlflow.db'}"]
     envs = [base_env()]
     if strategy.workers > 1:
-        hosts = [f"localhost:{p}" for p in free_ports(strategy.workers)]
+        counts = {"chief": 1, "worker": strategy.workers, "ps": strategy.ps} if strategy.ps else {
+            "worker": strategy.workers}
+        ports = iter(free_ports(sum(counts.values())))
+        cluster = {kind: [f"localhost:{next(ports)}" for _ in range(n)] for kind, n in counts.items()}
         envs = []
-        for index in range(strategy.workers):
-            env = base_env()
-            env["TF_CONFIG"] = json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}})
-            envs.append(env)
+        for kind, n in counts.items():  # the chief (or worker 0) first: the run ends with it
+            for index in range(n):
+                env = base_env()
+                env["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": kind, "index": index}})
+                envs.append(env)
     launched_at, m.wall_s, codes, m.peak_rss_mb, m.peak_total_rss_mb = run_processes(
-        [cmd] * len(envs), envs, work / "script", Path(m.log), timeout_s)
+        [cmd] * len(envs), envs, work / "script", Path(m.log), timeout_s, first_ends=bool(strategy.ps))
     lines = [line for line in Path(m.log).read_text().splitlines() if line.startswith("BENCH_RESULT ")]
     result = json.loads(lines[-1].split(" ", 1)[1]) if lines else {}
     m.ok = all(c == 0 for c in codes) and bool(result)
@@ -297,12 +321,20 @@ def median(values: List[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def spread(values: List[float]) -> tuple:
+    """(min, max), NaN dropped."""
+    values = [v for v in values if v == v]
+    return (min(values), max(values)) if values else (float("nan"), float("nan"))
+
+
 def case_name(m: Measure) -> str:
     return f"{m.workload}/{m.strategy}/{m.epochs}ep"
 
 
 def summarize(measures: List[Measure]) -> Dict[str, Dict[str, Dict[str, float]]]:
-    """{workload/strategy: {way: {metric: median, runs, failed}}}."""
+    """{workload/strategy: {way: {metric: median, metric_min, metric_max, runs, failed}}}: the
+    spread over the repetitions, not their median alone (the after-training phase once ranged
+    from 0 to 3.6 s between runs whose median hid it)."""
     table: Dict[str, Dict[str, Dict[str, float]]] = {}
     keys = ("wall_s", "first_step_s", "training_s", "after_training_s", "steady_examples_per_sec", "peak_rss_mb",
             "peak_total_rss_mb")
@@ -316,7 +348,9 @@ def summarize(measures: List[Measure]) -> Dict[str, Dict[str, Dict[str, float]]]
             row["global_batch"] = mine[0].global_batch
             row["steps_per_execution"] = mine[0].steps_per_execution
             for key in keys:
-                row[key] = median([getattr(m, key) for m in good])
+                values = [getattr(m, key) for m in good]
+                row[key] = median(values)
+                row[f"{key}_min"], row[f"{key}_max"] = spread(values)
     return table
 
 
@@ -349,14 +383,17 @@ def checks(table, log_us: float = float("nan")) -> List[dict]:
         out.append(dict(case=case, target="steady examples/sec >= hand-written script's",
                         figure=f"{ratio:.2f}x", met=ratio >= 1.0))
         after = x["after_training_s"] - script["after_training_s"]
-        out.append(dict(case=case, target=f"after training <= script's + {MAX_AFTER_TRAINING_S} s",
-                        figure=f"{after:+.1f} s", met=after <= MAX_AFTER_TRAINING_S))
-        start = x["first_step_s"] - script["first_step_s"]
-        out.append(dict(case=case, target=f"first step <= script's + {MAX_FIRST_STEP_S} s",
-                        figure=f"{start:+.1f} s", met=start <= MAX_FIRST_STEP_S))
-        extra = x["wall_s"] - script["wall_s"]
-        out.append(dict(case=case, target=f"wall time <= script without MLflow + {MAX_WALL_OVERHEAD_S} s",
-                        figure=f"{extra:+.1f} s", met=extra <= MAX_WALL_OVERHEAD_S))
+        out.append(dict(case=case, target=f"after training <= script's + {MAX_AFTER_TRAINING_S} s (medians)",
+                        figure=f"{after:+.2f} s", met=after <= MAX_AFTER_TRAINING_S))
+        if x["first_step_s"] == x["first_step_s"]:  # parameter_server's Model.fit times no step
+            most = MAX_MULTI_WORKER_FIRST_STEP_S if strategies()[case.split("/")[1]].workers > 1 else MAX_FIRST_STEP_S
+            start = x["first_step_s"] - script["first_step_s"]
+            out.append(dict(case=case, target=f"first step <= script's + {most} s (medians)",
+                            figure=f"{start:+.2f} s", met=start <= most))
+        for stat, key in (("medians", "wall_s"), ("maxima", "wall_s_max")):
+            extra = x[key] - script[key]
+            out.append(dict(case=case, target=f"wall time <= script without MLflow + {MAX_WALL_OVERHEAD_S} s ({stat})",
+                            figure=f"{extra:+.2f} s", met=extra <= MAX_WALL_OVERHEAD_S))
         if case.startswith("cnn/") and scripted:
             speedup = x["steady_examples_per_sec"] / scripted["steady_examples_per_sec"]
             out.append(dict(case=case, target=f"cnn: defaults >= {CNN_SPEEDUP}x the guide-style script",
@@ -379,9 +416,17 @@ def fmt(value: float, digits: int = 1) -> str:
     return "n/a" if value != value else f"{value:,.{digits}f}"
 
 
+def cell(row, key: str, digits: int = 1) -> str:
+    """Median, then min-max over the repetitions."""
+    low, high = row.get(f"{key}_min", float("nan")), row.get(f"{key}_max", float("nan"))
+    if low != low or low == high:
+        return fmt(row[key], digits)
+    return f"{fmt(row[key], digits)} ({fmt(low, digits)}-{fmt(high, digits)})"
+
+
 def markdown(table, targets: List[dict], meta: dict) -> str:
-    lines = [f"Medians of {meta['reps']} interleaved repetition(s), each a fresh process; "
-             f"{meta['machine']}. Command: `{meta['command']}`", "",
+    lines = [f"Median (min-max) of {meta['reps']} interleaved repetition(s), each a fresh process, the ways "
+             f"in a rotating order; {meta['machine']}. Command: `{meta['command']}`", "",
              "| workload / strategy / epochs | way | wall s | start-up s | training s | after training s | steady ex/s "
              "| peak RSS MB (largest / all) | runs (failed) |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -389,9 +434,9 @@ def markdown(table, targets: List[dict], meta: dict) -> str:
         for way in (*WAYS, LOGGED):
             if way in ways:
                 r = ways[way]
-                lines.append(f"| {case} | {way} | {fmt(r['wall_s'])} | {fmt(r['first_step_s'])} | {fmt(r['training_s'])} | "
-                             f"{fmt(r['after_training_s'])} | "
-                             f"{fmt(r['steady_examples_per_sec'], 0)} | {fmt(r['peak_rss_mb'], 0)} / "
+                lines.append(f"| {case} | {way} | {cell(r, 'wall_s')} | {cell(r, 'first_step_s')} | "
+                             f"{cell(r, 'training_s')} | {cell(r, 'after_training_s', 2)} | "
+                             f"{cell(r, 'steady_examples_per_sec', 0)} | {fmt(r['peak_rss_mb'], 0)} / "
                              f"{fmt(r['peak_total_rss_mb'], 0)} | {r['runs']} ({r['failed']}) |")
     lines += ["", "| workload / strategy | target | figure | met |", "|---|---|---:|:---:|"]
     lines += [f"| {t['case']} | {t['target']} | {t['figure']} | {'yes' if t['met'] else 'NO'} |" for t in targets]
@@ -404,7 +449,9 @@ def markdown(table, targets: List[dict], meta: dict) -> str:
         lines += [f"Sweep of {o['jobs']} jobs: {o['sweep_ratio']:.2f}x the single runs' sum (target 1.05x); "
                   f"parallel launcher {o['parallel_ratio']:.2f}x the sum / {o['cores']} cores (target 1.15x), "
                   f"{o['parallel_to_bound']:.2f}x its lower bound here ({o['parallel_bound_s']:.1f} s: the single "
-                  f"runs' {o['singles_cpu_s']:.1f} CPU-s / {o['cores']} cores, or whole rounds of one run)."]
+                  f"runs' {o['singles_cpu_s']:.1f} CPU-s / {o['cores']} cores, or whole rounds of one run). "
+                  f"CPU-seconds: parallel {o['parallel_cpu_s']:.1f}, sequential {o['sweep_cpu_s']:.1f}, "
+                  f"{o['parallel_cpu_s'] / o['sweep_cpu_s']:.2f}x (target {MAX_PARALLEL_SWEEP_CPU}x)."]
     return "\n".join(lines) + "\n"
 
 
@@ -465,6 +512,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "cnn, one_device and mirrored, 2 and 24 epochs, xpdist against the script, 1 repetition")
     p.add_argument("--scale", action="store_true", help="also time xpdist-report on 10..1,000 runs, the sweep "
                    "summary of 200 jobs and a 3-job sweep against 3 runs (scripts/bench_scale.py)")
+    p.add_argument("--sweep", action="store_true", help="also time a sweep of small jobs against the same "
+                   "single runs, sequential and with the parallel launcher: wall and CPU-seconds (part of --scale)")
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed first run of each way")
     p.add_argument("--precision", action="store_true",
                    help="only the cnn under each trainer.precision / trainer.jit_compile setting, as ratios")
@@ -533,6 +582,10 @@ def main(argv=None) -> int:
         import bench_scale  # scripts/ is on sys.path: it holds this file
 
         meta["scale"] = {k: v for k, v in bench_scale.measure([10, 100, 300, 1000], 200).items() if k != "work"}
+        meta["sweep_overhead"] = bench_scale.sweep_overhead()
+    elif args.sweep:
+        import bench_scale
+
         meta["sweep_overhead"] = bench_scale.sweep_overhead()
     text = write_results(args.out, measures, meta)
     print(text)

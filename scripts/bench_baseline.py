@@ -25,7 +25,7 @@ import os
 import sys
 import time
 
-STRATEGIES = ("default", "one_device", "mirrored", "central_storage", "multi_worker_mirrored")
+STRATEGIES = ("default", "one_device", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server")
 CROSS_OPS = ("auto", "hierarchical", "reduction_to_one_device")
 
 
@@ -57,6 +57,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def make_strategy(tf, args):
+    if args.strategy == "parameter_server":  # the chief coordinates; TF_CONFIG names the cluster
+        return tf.distribute.ParameterServerStrategy(tf.distribute.cluster_resolver.TFConfigClusterResolver())
     if args.strategy == "multi_worker_mirrored":  # first, before any other TF op (TF_CONFIG names the cluster)
         return tf.distribute.MultiWorkerMirroredStrategy()
     if args.logical_cpus > 1:
@@ -119,12 +121,27 @@ def is_chief() -> bool:
     return task.get("type", "worker") in ("worker", "chief") and task.get("index", 0) == 0
 
 
+def serve(tf) -> None:
+    """A parameter_server worker or ps task, as the guide has it: a server that runs what the
+    chief sends it, until it is killed (bench.py stops it once the chief has ended)."""
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id,
+                         protocol="grpc", start=True).join()
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.strategy == "multi_worker_mirrored":
-        os.environ["TF_USE_LEGACY_KERAS"] = "1"  # Keras 3's Model.fit fails under MWMS (keras#20585)
+    if args.strategy in ("multi_worker_mirrored", "parameter_server"):
+        # Keras 3's Model.fit fails under MWMS (keras#20585) and refuses ParameterServerStrategy (keras#18624).
+        os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    if args.strategy == "parameter_server":
+        os.environ["GRPC_FAIL_FAST"] = "use_caller"  # the guide's setting, in every task
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf
+
+    if args.strategy == "parameter_server" and not json.loads(os.environ["TF_CONFIG"])["task"]["type"] == "chief":
+        serve(tf)
+        return 0
 
     strategy = make_strategy(tf, args)
     tf.keras.utils.set_random_seed(args.seed)
@@ -165,7 +182,15 @@ def main(argv=None) -> int:
                 mlflow.log_metrics({**{k: float(v) for k, v in (logs or {}).items()},
                                     "epoch_time_s": seconds, "examples_per_sec": rate}, step=epoch + 1)
 
-    history = model.fit(dataset, epochs=args.epochs, callbacks=[Timing()], verbose=2 if chief else 0)
+    fit_args = dict(epochs=args.epochs, callbacks=[Timing()], verbose=2 if chief else 0)
+    if args.strategy == "parameter_server":
+        # The guide's Model.fit under ParameterServerStrategy: each worker builds its own pipeline,
+        # and no batch-level callback is allowed (so no first step time: bench.py reports none).
+        del Timing.on_train_batch_end
+        dataset = tf.keras.utils.experimental.DatasetCreator(
+            lambda _context: make_data(tf, args, global_batch)[0].repeat())
+        fit_args["steps_per_epoch"] = steps
+    history = model.fit(dataset, **fit_args)
     if log:
         mlflow.end_run()
     rates = sorted(timing["rates"][1:]) or timing["rates"]
