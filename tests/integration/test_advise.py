@@ -9,6 +9,7 @@ spent, and a smaller budget would not reach the second round (other batch sizes)
 from __future__ import annotations
 
 import csv
+import re
 import subprocess
 import sys
 import time
@@ -132,3 +133,31 @@ def test_sigterm_closes_the_parent_and_the_probe_killed_and_leaves_no_process(tm
     assert all(r.info.status in ("KILLED", "FINISHED") for r in runs)
     # the probe that was stopped, if it had made its run, is recorded under the parent
     assert all(r.data.tags.get("mlflow.parentRunId") == parent.info.run_id for r in runs if r is not parent)
+
+
+def test_probes_over_their_timeout_are_stopped_recorded_and_the_search_goes_on(tmp_path):
+    # 3 s is less than a probe needs to import TensorFlow: every probe is stopped.
+    done = subprocess.run([sys.executable, "-m", "xpdist", "advise", "budget_s=6", "probe_timeout_s=3", *WORDS],
+                          cwd=tmp_path, env=xpdist_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "no candidate finished its probe: no recommendation" in done.stdout
+    statuses = re.findall(r"^xpdist: advise: \S+: (\w+)$", done.stdout, re.M)
+    assert len(statuses) >= 2 and set(statuses) == {"TIMEOUT"}  # the first timeout did not end the search
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("xpdist").experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("xpdist.advisor") == "true"]
+    assert parent.info.status == "FAILED"
+    assert all(r.info.status == "KILLED" for r in runs if r is not parent)
+    assert not _processes_in(tmp_path), "a stopped probe left a process behind"
+
+
+def _processes_in(folder) -> list:
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cwd", "cmdline"]):
+        if proc.info["cwd"] == str(folder) and "xpdist" in " ".join(proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
