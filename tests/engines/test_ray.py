@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 import psutil
 import pytest
@@ -221,6 +221,7 @@ def test_parameter_server_on_a_ray_cluster(xpdist: Xpdist, head, tmp_path):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_ctrl_c_leaves_no_actor_placement_group_or_running_run(xpdist: Xpdist, head, tmp_path):
+    # About 35 s here: two TensorFlow imports on 2 cores before the first epoch comes back.
     job = tmp_path / "job"
     proc = start(xpdist, job, "strategy=multi_worker_mirrored", "cluster=ray", f"cluster.address={head}",
                  "trainer=ctl", "dataset.num_examples=1000", "trainer.epochs=40")
@@ -273,9 +274,22 @@ def _stop_node(proc: subprocess.Popen) -> None:
 
 
 class TwoNodes:
-    def __init__(self, head, worker, address: str, env: dict):
-        self.head, self.worker, self.address, self.env = head, worker, address, env
+    def __init__(self, head, worker, address: str, env: dict, hidden: Path):
+        self.head, self.worker, self.address, self.env, self.hidden = head, worker, address, env, hidden
+        self.nodes: List[subprocess.Popen] = []
         self.worker_node: subprocess.Popen = None
+
+    def start_worker(self, give_up=pytest.skip) -> None:
+        """Starts the worker node and waits until the head counts two live nodes (or gives up)."""
+        self.worker_node = _start_node(self.worker, [f"--address={self.address}"], self.env, hidden=self.hidden)
+        self.nodes.append(self.worker_node)
+        live = (self.nodes[0], self.worker_node)  # the head, and this worker node
+        deadline = time.monotonic() + 120
+        while _ray_query(self.address, "len([n for n in ray.nodes() if n['Alive']])", self.head) != 2:
+            if time.monotonic() > deadline or any(n.poll() is not None for n in live):
+                logs = " | ".join(Path(n.temp, "node.log").read_text()[-300:] for n in live)
+                give_up(f"a two-node Ray cluster could not start here: {logs}")
+            time.sleep(1)
 
 
 @pytest.fixture(scope="module")
@@ -285,18 +299,10 @@ def two_nodes(hosts, tmp_path_factory):
     need_ray()
     head, worker = hosts[0], hosts[1]
     env = xpdist_env({"RAY_AUTH_MODE": "token"})  # both nodes and the driver read ~/.ray/auth_token
-    cluster = TwoNodes(head, worker, f"{head.address}:{RAY_PORT}", env)
-    nodes = [_start_node(head, ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"], env)]
+    cluster = TwoNodes(head, worker, f"{head.address}:{RAY_PORT}", env, tmp_path_factory.getbasetemp())
+    cluster.nodes.append(_start_node(head, ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"], env))
     try:
-        cluster.worker_node = _start_node(worker, [f"--address={cluster.address}"], env,
-                                          hidden=tmp_path_factory.getbasetemp())
-        nodes.append(cluster.worker_node)
-        deadline = time.monotonic() + 120
-        while _ray_query(cluster.address, "len([n for n in ray.nodes() if n['Alive']])", head) != 2:
-            if time.monotonic() > deadline or any(n.poll() is not None for n in nodes):
-                logs = " | ".join(Path(n.temp, "node.log").read_text()[-300:] for n in nodes)
-                pytest.skip(f"a two-node Ray cluster could not start here: {logs}")
-            time.sleep(1)
+        cluster.start_worker()
         # The mount namespace works: a Ray task on the worker node cannot see the job directories.
         sees = "ray.get(ray.remote(lambda p: __import__('os').listdir(p)).options(resources={{'node:{}': 0.01}}).remote({!r}))"
         base = str(tmp_path_factory.getbasetemp())
@@ -304,7 +310,7 @@ def two_nodes(hosts, tmp_path_factory):
         assert _ray_query(cluster.address, sees.format(head.address, base), head)
         yield cluster
     finally:
-        for node in reversed(nodes):
+        for node in reversed(cluster.nodes):
             _stop_node(node)
 
 
@@ -330,6 +336,8 @@ def hosts_in(job: Path) -> set:
 @pytest.mark.netns
 @pytest.mark.slow
 def test_two_nodes_multi_worker_mirrored_one_task_per_node_matches_one_device(xpdist: Xpdist, two_nodes, tmp_path):
+    # Over 60 s when it is the module's first two-node test: it pays for starting both Ray
+    # nodes (about 25 s), which the next ones share; then a Ray run and a one_device run.
     job = tmp_path / "ray"
     done = run_on_head(two_nodes, xpdist, "strategy=multi_worker_mirrored", "cluster.workers=2",
                        "cluster.placement=spread", "communication=ring", "dataset.per_replica_batch_size=5",
@@ -364,25 +372,57 @@ def test_two_nodes_parameter_server(xpdist: Xpdist, two_nodes, tmp_path):
     assert_nothing_left(two_nodes.address, netns=two_nodes.head)
 
 
-@pytest.mark.ray
-@pytest.mark.netns
-@pytest.mark.slow
-def test_two_nodes_lost_node_fails_the_run_in_one_line(xpdist: Xpdist, two_nodes, tmp_path):
-    """The worker node's Ray (raylet, its actor, the task with it) SIGKILLed mid-training.
-
-    Last of the module: the worker node is gone after it.
-    """
-    job = tmp_path / "job"
+def start_on_head(cluster: TwoNodes, xpdist: Xpdist, job: Path, *overrides: str) -> subprocess.Popen:
+    """A long multi_worker_mirrored run's driver on the head's node, started; returns once an
+    epoch's metrics have come back from the chief's node."""
     argv = [sys.executable, "-m", "xpdist", *TINY, "strategy=multi_worker_mirrored", "cluster=ray",
-            f"cluster.address={two_nodes.address}", "trainer=ctl", "dataset.num_examples=1000", "trainer.epochs=40",
-            f"hydra.run.dir={job}"]
-    proc = subprocess.Popen(two_nodes.head.exec_argv(argv), cwd=xpdist.workdir, env=two_nodes.env,
+            f"cluster.address={cluster.address}", "trainer=ctl", "dataset.num_examples=1000", "trainer.epochs=40",
+            *overrides, f"hydra.run.dir={job}"]
+    proc = subprocess.Popen(cluster.head.exec_argv(argv), cwd=xpdist.workdir, env=cluster.env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while not (job / "metrics.jsonl").exists() or not (job / "metrics.jsonl").read_text().strip():
         if proc.poll() is not None or time.monotonic() > deadline:
             pytest.fail(f"no epoch came back from the chief's node:\n{finish(proc)}")
         time.sleep(0.2)
+    return proc
+
+
+@pytest.mark.ray
+@pytest.mark.netns
+@pytest.mark.slow
+def test_two_nodes_lost_node_restarts_on_the_node_left(xpdist: Xpdist, two_nodes, tmp_path):
+    """cluster.max_restarts=1: Ray places the lost node's bundle on the head, every task starts
+    again, and training finishes with every epoch logged once. The worker node is started
+    again after, for the next test (about 20 s of this test's time).
+
+    About 125 s here: 12 epochs, a lost node noticed, the tasks placed again once Ray has
+    marked the node dead, every TensorFlow import paid twice, and the node started again.
+    """
+    job = tmp_path / "job"
+    proc = start_on_head(two_nodes, xpdist, job, "cluster.max_restarts=1", "trainer.epochs=12")
+    os.killpg(two_nodes.worker_node.pid, signal.SIGKILL)
+    out = finish(proc, timeout=400)
+    assert proc.returncode == 0, out
+    assert "its Ray actor or node was lost" in out and "restarting every task (1/1)" in out
+    run = only_run(xpdist)
+    assert run.info.status == "FINISHED" and run.data.tags["xpdist.restarts"] == "1"
+    assert epochs_logged(xpdist, run) == list(range(1, 13))
+    assert_nothing_left(two_nodes.address, netns=two_nodes.head, dirs=False)
+    two_nodes.start_worker(give_up=pytest.fail)
+
+
+@pytest.mark.ray
+@pytest.mark.netns
+@pytest.mark.slow
+def test_two_nodes_lost_node_fails_the_run_in_one_line(xpdist: Xpdist, two_nodes, tmp_path):
+    """The worker node's Ray (raylet, its actor, the task with it) SIGKILLed mid-training.
+
+    Last of the module: the worker node is gone after it. About 70 s here (the first epoch
+    comes back after two TensorFlow imports; the loss is noticed in about 6 s).
+    """
+    job = tmp_path / "job"
+    proc = start_on_head(two_nodes, xpdist, job)
     lost = time.monotonic()
     os.killpg(two_nodes.worker_node.pid, signal.SIGKILL)
     out = finish(proc, timeout=240)

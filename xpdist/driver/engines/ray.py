@@ -21,6 +21,7 @@ detached). Ray is imported only when a job runs with cluster=ray.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import logging
@@ -48,9 +49,14 @@ ANSWER_S = 60.0
 # task resumes from (the metric file: epochs already logged are not logged again).
 JOB_FILES = ("spec", "config", "overrides", "run_ready", "metrics", "checkpoints", "backup")
 # Variables of the driver's environment that reach the tasks besides the job's own: settings
-# of xpdist, TensorFlow and MLflow. The rest (PATH, HOME, ...) is the node's.
-FORWARDED = re.compile(r"^(XPDIST_|TF_|MLFLOW_|KERAS_)")
-# A task whose actor was lost: counted as killed, which a restart may cure.
+# of xpdist, TensorFlow and Keras. The rest (PATH, HOME, ...) is the node's.
+FORWARDED = re.compile(r"^(XPDIST_|TF_|KERAS_)")
+# Never sent: TF_CONFIG is each task's own; a task records nothing in MLflow (the driver does),
+# so the tracking URI, which may carry a password, stays here.
+KEPT_HERE = re.compile(r"^(TF_CONFIG$|MLFLOW_)")
+# Seconds between two tries to start the tasks while Ray re-places a lost node's bundle.
+RETRY_PLACE_S = 2.0
+# The exit code of a task whose actor was lost: as if killed, which a restart may cure.
 LOST = -signal.SIGKILL
 # `ray start --head` records its address here (Ray's default temp dir), where address=auto looks.
 RAY_CURRENT_CLUSTER = Path("/tmp/ray/ray_current_cluster")
@@ -66,7 +72,11 @@ class Ray(Engine):
         self.tasks = [TaskId(kind, i) for kind in self.needs.jobs for i in range(counts[kind])]
         self.chief = TaskId(self.needs.chief_job, 0)
         self.actors: Dict[TaskId, object] = {}
-        self.codes: Dict[TaskId, Optional[int]] = {}
+        self.codes: Dict[TaskId, Optional[int]] = {}  # each task's exit code, None while it runs
+        self.lost: Dict[TaskId, str] = {}  # tasks whose actor or node was lost, and Ray's word for it
+        self.ready: set = set()  # tasks that have started (their ready marker)
+        self.tolerated: set = set()  # parameter_server workers that died, training went on
+        self.run_ready_sent, self.started_at = False, 0.0
         self.env: Dict[str, str] = {}
         self.pg = None
         self.owns_ray = False
@@ -108,7 +118,7 @@ class Ray(Engine):
     def start(self, env: Dict[str, str]) -> None:
         """Notes the job's environment; Ray is reached in follow(), where a failure is an outcome."""
         self.env = {k: v for k, v in env.items()
-                    if (os.environ.get(k) != v or FORWARDED.match(k)) and k != "TF_CONFIG"}
+                    if (os.environ.get(k) != v or FORWARDED.match(k)) and not KEPT_HERE.match(k)}
         self.follower = follow.follow_chief(self.job.log_of(self.chief.file_name), self.chief.name, self.job.logs)
 
     def follow(self) -> Outcome:
@@ -124,6 +134,7 @@ class Ray(Engine):
                 code = self._watch()
             except TaskFailed as failure:
                 if restarts >= most or not failure.retryable or process.aborted():
+                    self._bring_back(_ray_node.OUTPUTS)  # the chief's checkpoints, if it answers: a resume needs them
                     return Outcome("FAILED", str(failure), restarts)
                 restarts += 1
                 self._restart(f"{failure}; restarting every task ({restarts}/{most})")
@@ -160,7 +171,8 @@ class Ray(Engine):
         with process.signals_deferred():  # a second Ctrl-C must not leave actors or the placement group
             self._end_tasks()
             if self.pg is not None:
-                ray.util.remove_placement_group(self.pg)
+                with contextlib.suppress(Exception):  # Ray gone (its head lost): nothing left to remove
+                    ray.util.remove_placement_group(self.pg)
                 self.pg = None
             if self.owns_ray and ray.is_initialized():
                 ray.shutdown()
@@ -216,14 +228,26 @@ class Ray(Engine):
 
         c = self.cfg.cluster
         node = ray.remote(_ray_node.Node)
-        for i, task in enumerate(self.tasks):
-            where = PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=i)
-            self.actors[task] = node.options(
-                num_cpus=float(c.cpus_per_task), num_gpus=float(c.gpus_per_task),
-                resources={k: float(v) for k, v in c.resources.items()}, scheduling_strategy=where,
-            ).remote(task.file_name, task == self.chief)
-        self.codes = {task: None for task in self.tasks}
-        addresses = self._ask({t: a.address.remote() for t, a in self.actors.items()}, float(c.start_timeout_s))
+        deadline = time.monotonic() + float(c.start_timeout_s)
+        while True:
+            for i, task in enumerate(self.tasks):
+                where = PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=i)
+                self.actors[task] = node.options(
+                    num_cpus=float(c.cpus_per_task), num_gpus=float(c.gpus_per_task),
+                    resources={k: float(v) for k, v in c.resources.items()}, scheduling_strategy=where,
+                ).remote(task.file_name, task == self.chief)
+            self.codes = {task: None for task in self.tasks}
+            try:
+                addresses = self._ask({t: a.address.remote() for t, a in self.actors.items()},
+                                      max(1.0, deadline - time.monotonic()))
+                break
+            except TaskFailed:
+                # An actor placed on a node that has just died, before Ray has noticed (it misses
+                # a few health checks first): once it has, it places the bundle on a live node.
+                self._end_tasks()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(RETRY_PLACE_S)
         spec: Dict[str, List[str]] = {}
         for task in self.tasks:
             spec.setdefault(task.kind, []).append(addresses[task])
@@ -240,7 +264,7 @@ class Ray(Engine):
                 env["GRPC_FAIL_FAST"] = "use_caller"  # as on localhost: fail fast, the coordinator retries
             actor.start.remote(files, env, tf_config(spec, task), shared)
         self.started_at = time.monotonic()
-        self.tolerated: set = set()
+        self.lost, self.ready, self.tolerated = {}, set(), set()
 
     def _shared_dir(self) -> Optional[str]:
         """This job's directory under cluster.checkpoint_dir: the job directory's name and a hash of its path."""
@@ -271,7 +295,7 @@ class Ray(Engine):
                 state = ray.get(ref, timeout=ANSWER_S)
             except ray.exceptions.RayError as err:
                 self.codes[task] = LOST
-                self.lost_reason = process_line(err)
+                self.lost[task] = process_line(err)
                 continue
             self.codes[task] = state["code"]
             if state["ready"]:
@@ -284,7 +308,6 @@ class Ray(Engine):
 
     def _watch(self) -> int:
         """Polls until the chief ends; returns its exit code (Cluster.watch's rules, over Ray)."""
-        self.ready: set = set()
         while True:
             codes = self._poll()
             if not self.run_ready_sent and self.job.run_ready.exists():
@@ -294,6 +317,8 @@ class Ray(Engine):
                     if t != self.chief and t not in self.tolerated and code not in (None, 0)]
             dead.sort(key=lambda t: codes[t] >= 0)  # a lost or killed task is the likelier cause
             code = codes[self.chief]
+            if self.chief in self.lost:
+                raise TaskFailed(self.chief, f"its Ray actor or node was lost ({self.lost[self.chief]})")
             if code is not None and not (dead and codes[dead[0]] < 0):
                 return code
             for task in dead:
@@ -309,8 +334,8 @@ class Ray(Engine):
             time.sleep(POLL_S)
 
     def _task_died(self, task: TaskId, code: int) -> None:
-        if code == LOST:
-            how = f"its Ray actor or node was lost ({self.lost_reason})"
+        if task in self.lost:
+            how = f"its Ray actor or node was lost ({self.lost[task]})"
         else:
             how = f"{last_error(self._log(task)) or describe_exit(code, self.job).replace('the task', 'it')} " \
                   f"(log: {self._log(task)})"
@@ -357,7 +382,8 @@ class Ray(Engine):
         if closing:
             ray.wait(closing, num_returns=len(closing), timeout=10)
         for actor in self.actors.values():
-            ray.kill(actor)
+            with contextlib.suppress(Exception):  # an actor whose node is gone is dead already
+                ray.kill(actor)
         self.actors = {}
 
     def _log(self, task: TaskId) -> Path:
