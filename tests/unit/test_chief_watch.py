@@ -17,6 +17,7 @@ class Chief:
 
     def __init__(self, port: int):
         self.port, self.conns, self.server = port, [], None
+        self.accepted, self.close_at_once = 0, False
 
     def up(self):
         self.server = socket.create_server(("127.0.0.1", self.port))
@@ -28,7 +29,11 @@ class Chief:
                 conn, _ = self.server.accept()
             except OSError:
                 return
-            self.conns.append(conn)
+            self.accepted += 1
+            if self.close_at_once:
+                conn.close()
+            else:
+                self.conns.append(conn)
 
     def drop_connections(self):
         while self.conns:
@@ -74,6 +79,18 @@ def test_a_connection_dropped_by_a_chief_still_listening_is_no_exit(chief):
     chief.drop_connections()  # as gRPC's handshake timeout does to a silent connection
     time.sleep(1.5)  # three times the grace
     assert watcher.is_alive()
+    chief.leave()
+    watcher.join(timeout=5)
+    assert not watcher.is_alive()
+
+
+def test_a_chief_that_closes_every_connection_at_once_is_neither_left_nor_polled_in_a_busy_loop(chief):
+    chief.close_at_once = True
+    chief.up()
+    watcher = watch(chief.port)
+    time.sleep(1.0)
+    assert watcher.is_alive()  # it still listens: it has not left
+    assert chief.accepted <= 1.0 / 0.05 + 5  # one connection per look at most
     chief.leave()
     watcher.join(timeout=5)
     assert not watcher.is_alive()

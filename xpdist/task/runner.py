@@ -140,8 +140,9 @@ def wait_for_chief_to_leave(address: str, look_s: float = 0.1, grace_s: float = 
     coordinator can have trained: it needs this server) and, once connected, holds that TCP
     connection open: its end, when the coordinator's process exits, wakes this task at once,
     however slow the machine, where looking every 2 s missed a coordinator up for less than
-    that. gRPC also drops an idle connection that never says HTTP/2 (its handshake timeout),
-    so an end is confirmed by connecting again for grace_s. TCP keepalive ends the wait on a
+    that. TensorFlow's server keeps such a connection (it sends its HTTP/2 settings and waits:
+    still open after 40 s here), but gRPC may drop one that never answers, so an end is
+    confirmed by connecting again for grace_s. TCP keepalive ends the wait on a
     coordinator whose host vanished without closing (about 25 s). No shared file system.
     """
     import socket
@@ -159,10 +160,12 @@ def wait_for_chief_to_leave(address: str, look_s: float = 0.1, grace_s: float = 
                 return
             time.sleep(look_s)
             continue
-        seen = True
+        seen, held_at = True, time.monotonic()
         with conn:
             _hold(conn)
         gone_at = time.monotonic()
+        if gone_at - held_at < look_s:  # a server that closes at once is not looked at in a busy loop
+            time.sleep(look_s)
 
 
 def _hold(conn) -> None:
