@@ -7,11 +7,12 @@
   multi_worker_mirrored on 2 localhost workers (ctl): FINISHED, auc, val_auc and
   learning_rate at every epoch, and the warmup visible in learning_rate.
 - fit and ctl end with the same weights (1e-5) under one_device with a warmup schedule,
-  global_clipnorm and weight decay, and two mirrored replicas on the same global batch end
-  with one_device's weights under both trainers: the clip acts on the summed gradient
-  (xpdist/task/clipping.py), not on each replica's share.
+  global_clipnorm and weight decay, and two replicas on the same global batch end with
+  one_device's weights, mirrored under both trainers and multi_worker_mirrored on 2 localhost
+  workers under ctl: the clip acts on the summed gradient (xpdist/task/clipping.py), not on
+  each replica's share. The parameter-server loop trains that configuration to a finite loss.
 - early stopping ends a run FINISHED with the tag xpdist.stopped_early_at_epoch.
-Eight runs, two at a time: about two minutes on 2 cores.
+Eleven runs, two at a time, three of them 2-worker clusters and one a 3-process cluster: about two and a half minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ ISSUE = ["loss=binary_crossentropy", "loss.from_logits=true", "trainer.metrics=[
          "schedule=cosine", "schedule.warmup_epochs=1", "callbacks=[early_stopping]"]
 MIRRORED = ["strategy=mirrored", "devices.logical_cpus=2"]
 MWMS = ["strategy=multi_worker_mirrored", "cluster=localhost", "cluster.workers=2"]
+PS = ["strategy=parameter_server", "cluster=localhost", "cluster.workers=2", "cluster.ps=1"]
 # fit vs ctl: regression with noise (batch order matters), L2 on the linear model, and every
 # optimizer piece that acts on the update. SGD, not Adam: Adam's step does not change when all
 # gradients are scaled alike, so global_clipnorm would hardly act. This clip acts at every step
@@ -44,7 +46,7 @@ EQUIVALENCE = ["strategy=one_device", "seed=7", "dataset.noise=0.1", "dataset.nu
 # validation loss must fall by 10 to count: the first epoch sets the best, the second stops.
 STOPS = [*BINARY, "trainer.epochs=4", "callbacks=[early_stopping]", "callbacks.early_stopping.min_delta=10"]
 
-CLUSTER_RUNS = {"issue-mwms-ctl"}
+CLUSTER_RUNS = {"issue-mwms-ctl", "equivalence-mwms-ctl", "equivalence-mwms-fit", "equivalence-ps-ctl"}
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +60,9 @@ def runs(tmp_path_factory):
         "equivalence-ctl": [*EQUIVALENCE, "trainer=ctl"],
         "equivalence-mirrored-fit": [*EQUIVALENCE, *MIRRORED, "dataset.per_replica_batch_size=4"],
         "equivalence-mirrored-ctl": [*EQUIVALENCE, *MIRRORED, "dataset.per_replica_batch_size=4", "trainer=ctl"],
+        "equivalence-mwms-ctl": [*EQUIVALENCE, *MWMS, "dataset.per_replica_batch_size=4", "trainer=ctl"],
+        "equivalence-mwms-fit": [*EQUIVALENCE, *MWMS, "dataset.per_replica_batch_size=4"],  # tf-keras (keras=auto)
+        "equivalence-ps-ctl": [*EQUIVALENCE, *PS, "trainer=ctl"],
         "early-stop-fit": STOPS,
     }
     done = run_many(root, store_template(root / "template"), commands)
@@ -112,7 +117,9 @@ def test_fit_and_ctl_end_with_the_same_weights_with_warmup_clipping_and_weight_d
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["equivalence-mirrored-fit", "equivalence-mirrored-ctl"])
+@pytest.mark.parametrize("name", ["equivalence-mirrored-fit", "equivalence-mirrored-ctl",
+                                  pytest.param("equivalence-mwms-ctl", marks=pytest.mark.cluster),
+                                  pytest.param("equivalence-mwms-fit", marks=pytest.mark.cluster)])
 def test_two_replicas_clip_the_summed_gradient_and_end_with_one_devices_weights(runs, name):
     # Clipping each replica's half before the sum ended at loss 1.23 here, one device at 1.81.
     done, reference = runs[name], runs["equivalence-fit"]
@@ -121,6 +128,17 @@ def test_two_replicas_clip_the_summed_gradient_and_end_with_one_devices_weights(
     assert [v for _, v in done.history("loss")] == pytest.approx([v for _, v in reference.history("loss")], rel=1e-5)
     for got, want in zip(done.weights(), reference.weights()):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.cluster
+def test_the_parameter_server_loop_trains_the_same_configuration_to_a_finite_loss(runs):
+    done = runs["equivalence-ps-ctl"]
+    assert done.run.info.status == "FINISHED", describe(done)
+    params = done.run.data.params
+    assert (params["strategy"], params["optimizer.global_clipnorm"], params["schedule.name"]) == \
+        ("parameter_server", "0.05", "polynomial")
+    losses = [v for _, v in done.history("loss")]
+    assert len(losses) == 3 and all(np.isfinite(losses)), losses
 
 
 def test_early_stopping_ends_the_run_finished_with_the_tag(runs):
