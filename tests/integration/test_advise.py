@@ -1,9 +1,10 @@
-"""`python -m xpdist advise`: real probes of every one-process strategy within a small budget,
-a parent run with the table and chart, a recommendation whose command line trains.
+"""`python -m xpdist advise`: real probes of every one-process strategy, a parent run with the
+table and chart, a recommendation whose command line trains; the budget is held, and probes
+that are stopped, refused or interrupted are recorded.
 
-One advisor run serves every test here. It takes over 60 s (65 s measured on 2 cores): it
-probes real strategies, each a process that imports TensorFlow, until its 40-s budget is
-spent, and a smaller budget would not reach the second round (other batch sizes).
+One advisor run serves the first tests here, with a budget it does not reach (it must probe
+every candidate, whatever the machine's load). It takes over 60 s (45 to 90 s measured on 2
+cores): 4 real probes, each a process that imports TensorFlow, and 5 refused ones.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from tests.helpers import TINY, xpdist_env
 
 pytestmark = pytest.mark.slow
 
-BUDGET_S = 40
+BUDGET_S = 600
 # 96 examples: one global batch of 2 replicas x 64 is larger than the data, so preflight refuses
 # the mirrored and central_storage candidates for real (REJECTED) and the search must go on.
 WORDS = ["model=cnn", "model.filters=[8]", "dataset=synthetic_images", "dataset.image_shape=[16,16,3]",
@@ -30,18 +31,16 @@ WORDS = ["model=cnn", "model.filters=[8]", "dataset=synthetic_images", "dataset.
 @pytest.fixture(scope="module")
 def advised(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("advise")
-    started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "xpdist", "advise", f"budget_s={BUDGET_S}", "probe_epochs=3",
                            "logical_cpus=[2]", *WORDS], cwd=workdir, env=xpdist_env(), capture_output=True, text=True,
                           timeout=600)
-    elapsed = time.monotonic() - started
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
     exp = client.get_experiment_by_name("xpdist")
     runs = client.search_runs([exp.experiment_id])
     (parent,) = [r for r in runs if r.data.tags.get("xpdist.advisor") == "true"]
-    return dict(done=done, elapsed=elapsed, client=client, parent=parent, workdir=workdir,
+    return dict(done=done, client=client, parent=parent, workdir=workdir,
                 children=[r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id])
 
 
@@ -52,14 +51,14 @@ def _table(advised):
         return list(csv.DictReader(handle))
 
 
-def test_the_advisor_answers_within_its_budget_plus_one_probe(advised):
+def test_the_advisor_probes_every_candidate_when_its_budget_allows(advised):
     done = advised["done"]
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "budget spent" in done.stdout
-    rows = _table(advised)
-    longest = max(float(r["probe_s"]) for r in rows)
-    # Start-up (compose, preflight, the store) and the report take a few seconds beyond the probes.
-    assert advised["elapsed"] < BUDGET_S + longest + 20
+    assert "budget spent" not in done.stdout
+    labels = [r["label"] for r in _table(advised)]
+    assert {"default-b64", "one_device-b64", "mirrored-hierarchical-2cpu-b64",
+            "mirrored-reduction_to_one_device-2cpu-b64", "central_storage-2cpu-b64"} <= set(labels)
+    assert len(labels) == 9  # 5, then the two fastest (default and one_device) at 32 and 128
 
 
 def test_the_parent_run_holds_the_table_chart_and_recommendation(advised):
@@ -143,6 +142,7 @@ def test_probes_over_their_timeout_are_stopped_recorded_and_the_search_goes_on(t
     assert "no candidate finished its probe: no recommendation" in done.stdout
     statuses = re.findall(r"^xpdist: advise: \S+: (\w+)$", done.stdout, re.M)
     assert len(statuses) >= 2 and set(statuses) == {"TIMEOUT"}  # the first timeout did not end the search
+    assert "budget spent" in done.stdout
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -150,6 +150,12 @@ def test_probes_over_their_timeout_are_stopped_recorded_and_the_search_goes_on(t
     (parent,) = [r for r in runs if r.data.tags.get("xpdist.advisor") == "true"]
     assert parent.info.status == "FAILED"
     assert all(r.info.status == "KILLED" for r in runs if r is not parent)
+    # The budget held: no probe started after budget_s, so probing ended within it plus one probe
+    # (a stopped probe takes its timeout and the driver's closing of its run).
+    path = client.download_artifacts(parent.info.run_id, "advice/advice.csv", str(tmp_path))
+    with open(path) as handle:
+        longest = max(float(r["probe_s"]) for r in csv.DictReader(handle))
+    assert parent.data.metrics["advise_s"] < 6 + longest + 5
     assert not _processes_in(tmp_path), "a stopped probe left a process behind"
 
 
