@@ -98,3 +98,22 @@ def test_a_recommendation_from_probe_epochs_of_few_steps_says_so():
     assert "2 steps, too few" in few["reason"]
     enough = advise_plan.recommend(advise_plan.rank(rows), [], advise_plan.Settings(num_train=2048))
     assert "too few" not in enough["reason"]
+
+
+def test_the_report_shows_an_out_of_memory_candidate_and_mfu_where_known(tmp_path):
+    import csv
+
+    from xpdist.driver import advise_report
+
+    rows = [{"label": "a-b8", "status": "FINISHED", "examples_per_sec": 100.0, "replicas": 1, "per_replica_batch": 8,
+             "overrides": ["strategy=default"], "mfu": 0.123, "achieved_flops_per_sec": 1e9, "probe_s": 3.0},
+            {"label": "b-b8", "status": "OOM", "examples_per_sec": None, "replicas": 2, "per_replica_batch": 8,
+             "overrides": ["strategy=mirrored"], "error": "ResourceExhaustedError: OOM when allocating", "probe_s": 2.0}]
+    ranked = advise_plan.rank(rows)
+    answer = advise_plan.recommend(ranked, ["model=cnn"])
+    shown = advise_report.text(ranked, answer)
+    assert "12.3%" in shown and "b-b8: ResourceExhaustedError" in shown
+    md, table, chart = advise_report.write(ranked, answer, tmp_path)
+    assert "| mfu |" in md.read_text() and chart.stat().st_size > 0
+    with table.open() as handle:
+        assert [r["status"] for r in csv.DictReader(handle)] == ["FINISHED", "OOM"]

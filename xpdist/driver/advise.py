@@ -165,7 +165,7 @@ def _probe(candidate: Candidate, overrides: List[str], settings: Settings, uri: 
             "per_replica_batch": candidate.per_replica_batch, "global_batch": result.get("global_batch_size"),
             "examples_per_sec": metrics.get("steady_examples_per_sec"), "first_step_s": metrics.get("first_step_s"),
             "peak_memory_mb": metrics.get("peak_gpu_memory_mb", metrics.get("peak_memory_mb")),
-            "achieved_flops_per_sec": metrics.get("achieved_flops_per_sec"), "probe_s": wall,
+            "achieved_flops_per_sec": metrics.get("achieved_flops_per_sec"), "mfu": metrics.get("mfu"), "probe_s": wall,
             "strategy": candidate.strategy, "interrupted": interrupted}
 
 

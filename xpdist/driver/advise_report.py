@@ -12,12 +12,13 @@ COLUMNS = (
     ("per_replica_batch", "per-replica batch", "{}"), ("examples_per_sec", "steady examples/s", "{:,.0f}"),
     ("scaling_efficiency", "scaling eff.", "{:.0%}"), ("first_step_s", "first step s", "{:.1f}"),
     ("peak_memory_mb", "peak memory MB", "{:,.0f}"), ("achieved_flops_per_sec", "achieved GFLOP/s", "{:,.2f}"),
-    ("probe_s", "probe s", "{:.1f}"),
+    ("mfu", "mfu", "{:.1%}"), ("probe_s", "probe s", "{:.1f}"),
 )
 NOTES = ("steady examples/s: the median over the probe's epochs after the first (which traces). scaling eff.: "
          "examples/s per replica over the best one-replica probe's at the same per-replica batch. peak memory: "
          "the task's peak resident memory (a GPU's allocator peak on a GPU). achieved GFLOP/s: flops_per_example "
-         "(TensorFlow's profiler) x steady examples/s. OOM: the probe ran out of memory; TIMEOUT: stopped after "
+         "(TensorFlow's profiler) x steady examples/s. mfu: that over the devices' peak FLOP/s, where known "
+         "(empty on a CPU without devices.peak_flops). OOM: the probe ran out of memory; TIMEOUT: stopped after "
          "probe_timeout_s.")
 
 
