@@ -11,7 +11,7 @@ Grappler prunes it: a first Conv2D layer's gradient with respect to the images i
 counted (the tape leaves out a first Dense layer's), though the runtime does not compute it.
 For the guide's cnn on 32x32x3 images this is 3 x the forward count within 1%
 (tests/integration/test_real_models.py checks it against a hand count); for an mlp it is
-about 2.5 x (measured: 44,950 for 64 -> 64 -> 64 -> 10, whose forward pass is 17,664).
+about 2.5 x (measured: 44,952 for 64 -> 64 -> 64 -> 10, whose forward pass is 17,664).
 
 Counting runs after training, so it costs the first step nothing; it traces the model once
 more (measured: 0.1 s for the cnn, about 3 s for ResNet50, on this 2-core CPU).
