@@ -2,7 +2,7 @@
 # The GPU-only paths, run once on a machine with an NVIDIA GPU: nccl and hierarchical
 # cross_ops, multi_worker_mirrored with communication=nccl, mixed_float16 (loss scaling),
 # mixed_bfloat16, XLA, and a cnn benchmark row against the hand-written script. Prints a
-# table of what passed, with figures. At most about 8 minutes on one GPU.
+# table of what passed, with figures. At most about 8 minutes on one GPU, and up to 15 more for the advisor (budget_s=600).
 #
 #   bash scripts/gpu_check.sh            # from the repository root; python -m xpdist must work
 #
@@ -74,6 +74,12 @@ timeout 240 python scripts/bench.py --workloads cnn --strategies one_device --re
     --log-cost-cases --out "$WORK/bench" > "$WORK/bench.log" 2>&1
 bench_code=$?
 
+# The advisor on the GPUs: which strategy, cross_ops and batch for a ResNet50 (docs/advisor.md).
+timeout 900 python -m xpdist advise budget_s=600 model=keras_app model.architecture=ResNet50 \
+    dataset=synthetic_images "dataset.image_shape=[224,224,3]" dataset.num_examples=2048 \
+    "tracking.uri=sqlite:///$WORK/mlflow.db" > "$WORK/advise.log" 2>&1
+advise_code=$?
+
 echo
 echo "| case | status | wall s | steady ex/s | final loss | why it failed |"
 echo "|---|---|---:|---:|---:|---|"
@@ -85,6 +91,8 @@ if [ -f "$WORK/bench/bench.md" ]; then
 else
   echo "cnn benchmark FAILED (exit $bench_code): see $WORK/bench.log"
 fi
+echo "advisor (exit $advise_code), its answer:"
+tail -n 25 "$WORK/advise.log"
 failed=$(awk -F'\t' '$2 != "PASS"' "$RESULTS" | wc -l)
 echo "gpu_check: $(wc -l < "$RESULTS") cases, $failed failed; logs in $WORK"
-[ "$failed" -eq 0 ] && [ "$bench_code" -eq 0 ]
+[ "$failed" -eq 0 ] && [ "$bench_code" -eq 0 ] && [ "$advise_code" -eq 0 ]

@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from xpdist.core import strategies
 from xpdist.core.errors import ConfigError
 
 # Keys the advisor sets on each probe: the user cannot set them too.
@@ -141,18 +142,33 @@ def _candidate(strategy: str, batch: int, replicas: int, cross_ops: Optional[str
 
 
 def first_round(settings: Settings, batch: int) -> List[Candidate]:
-    found = [_candidate("default", batch, 1), _candidate("one_device", batch, 1)]
+    """The first round, read off the strategy specs, so that a new strategy is probed too.
+
+    One process: the strategies that place nothing themselves or train on one device, then
+    those whose replicas are devices of one process, over every GPU or each count of logical
+    CPUs, with each cross_ops option where it applies. With multi_process, the strategies whose
+    cluster is workers only, on 2 localhost workers. A strategy whose replicas are known only
+    once it reaches its accelerators (tpu) is not probed: its own preflight decides there.
+    """
+    specs = [strategies.get(name) for name in strategies.STRATEGIES]
+    specs = [spec for spec in specs if not spec.replicas_at_run_time]
+    found = [_candidate(spec.name, batch, 1) for spec in specs
+             if not spec.needs.multi_process and not spec.replicas_in_one_process]
+    spread = [spec for spec in specs if spec.replicas_in_one_process]
+    ops_here = ("nccl", "hierarchical", "reduction_to_one_device") if settings.gpus else \
+        ("hierarchical", "reduction_to_one_device")  # auto is reduction_to_one_device on a CPU
     if settings.gpus >= 2:
-        for ops in ("nccl", "hierarchical", "reduction_to_one_device"):
-            found.append(_candidate("mirrored", batch, settings.gpus, ops))
-        found.append(_candidate("central_storage", batch, settings.gpus))
+        for spec in spread:
+            for ops in (ops_here if "cross_ops" in spec.applies_to else (None,)):
+                found.append(_candidate(spec.name, batch, settings.gpus, ops))
     elif settings.gpus == 0:
         for cpus in settings.logical_cpus:
-            for ops in ("hierarchical", "reduction_to_one_device"):
-                found.append(_candidate("mirrored", batch, cpus, ops, cpus))
-            found.append(_candidate("central_storage", batch, cpus, cpus=cpus))
+            for spec in spread:
+                for ops in (ops_here if "cross_ops" in spec.applies_to else (None,)):
+                    found.append(_candidate(spec.name, batch, cpus, ops, cpus))
     if settings.multi_process:
-        found.append(_candidate("multi_worker_mirrored", batch, 2, workers=2))
+        found += [_candidate(spec.name, batch, 2, workers=2) for spec in specs
+                  if spec.needs.multi_process and spec.needs.jobs == ("worker",)]
     return found
 
 
