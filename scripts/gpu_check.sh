@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU-only paths, run once on a machine with an NVIDIA GPU: nccl and hierarchical
 # cross_ops, multi_worker_mirrored with communication=nccl, mixed_float16 (loss scaling),
-# mixed_bfloat16, XLA, and a cnn benchmark row against the hand-written script. Prints a
-# table of what passed, with figures. At most about 8 minutes on one GPU, and up to 15 more for the advisor (budget_s=600).
+# mixed_bfloat16, XLA, a cnn benchmark row against the hand-written script, and the advisor
+# on a ResNet50. Prints a table of what passed, with figures. At most about 8 minutes on one
+# GPU, and up to 15 more for the advisor (budget_s=600).
 #
 #   bash scripts/gpu_check.sh            # from the repository root; python -m xpdist must work
 #
