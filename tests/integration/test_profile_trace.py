@@ -72,3 +72,33 @@ def test_an_input_bound_step_is_told_from_a_compute_bound_one(tmp_path, legacy):
     assert profile.why_slow(slow["parts"]).endswith("waits on input: raise dataset.prefetch, cache the data or "
                                                      "make its reading cheaper")
     assert profile.why_slow(fast["parts"]) == ""
+
+
+# ---- trainer.profile_steps in a real run --------------------------------------------------------
+
+@pytest.mark.parametrize("trainer", ["fit", "ctl"])
+def test_profile_steps_log_the_trace_and_where_the_steps_time_went(tmp_path, trainer):
+    from tests.helpers import Xpdist
+
+    xpdist = Xpdist(tmp_path)
+    done = xpdist.run("strategy=mirrored", "devices.logical_cpus=2", f"trainer={trainer}", "model=cnn",
+                      "model.filters=[8]", "dataset=synthetic_images", "dataset.image_shape=[16,16,3]",
+                      "dataset.num_examples=512", "trainer.profile_steps=[2,4]", timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    (run,) = xpdist.runs()
+    metrics = run.data.metrics
+    parts = [metrics[k] for k in ("input_wait_fraction", "communication_fraction", "compute_fraction")]
+    assert sum(parts) == pytest.approx(1, abs=0.01) and all(0 <= p <= 1 for p in parts), metrics
+    assert metrics["communication_fraction"] > 0, metrics  # two replicas all-reduce their gradients
+    assert metrics["profiled_step_ms"] > 0
+    client = xpdist.client()
+    (task,) = client.list_artifacts(run.info.run_id, "profile")
+    assert task.path == "profile/worker-0" and task.is_dir
+
+    def files(path):
+        for entry in client.list_artifacts(run.info.run_id, path):
+            yield from files(entry.path) if entry.is_dir else [entry]
+
+    traces = [f for f in files(task.path) if f.path.endswith(".xplane.pb")]
+    assert len(traces) == 1 and traces[0].file_size > 0, [f.path for f in files(task.path)]
+    assert "/plugins/profile/" in traces[0].path  # where TensorBoard's profile plugin looks

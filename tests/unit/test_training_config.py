@@ -98,6 +98,11 @@ def test_unknown_options_are_refused(override):
      "callbacks", "ReduceLROnPlateau cannot change"),
     (["callbacks=[early_stopping]", "callbacks.early_stopping.monitor=loss", "callbacks.early_stopping.mode=up"],
      "callbacks.early_stopping.mode", "auto, min or max"),
+    (["trainer.profile_steps=[3]"], "trainer.profile_steps", "it takes two step numbers"),
+    (["trainer.profile_steps=[5,2]"], "trainer.profile_steps", "the run has steps 0 to"),
+    (["trainer.epochs=1", "trainer.profile_steps=[0,100000]"], "trainer.profile_steps", "the run has steps 0 to"),
+    (["strategy=parameter_server", "cluster=localhost", "cluster.ps=1", "trainer=ctl", "trainer.profile_steps=[1,2]"],
+     "trainer.profile_steps", "the chief only dispatches steps"),
 ])
 def test_preflight_refuses_in_one_line_naming_the_key(tmp_path, overrides, key, says):
     err = reject(tmp_path, *overrides)

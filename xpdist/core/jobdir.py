@@ -4,9 +4,10 @@
                    run.json (RunReady: the MLflow run exists, or why not)  once, beside the task
     tasks write    resolved.json (the plan as TensorFlow resolved it, strategy=tpu),
                    metrics.jsonl (MetricFile), result.json (TaskResult),
-                   task_error.txt, model.keras, mlflow-model/, checkpoints/, logs/, cluster/*.ready
+                   task_error.txt, model.keras, mlflow-model/, checkpoints/, logs/, cluster/*.ready,
+                   profile/<task>/ (trainer.profile_steps)
     driver reads   metrics.jsonl (relayed to MLflow), result.json, model.keras, mlflow-model/,
-                   checkpoints/
+                   checkpoints/, profile/
 
 A task's exit code says whether a restart could help (EXIT_* below): the localhost launcher
 restarts a cluster only after a task was lost (a signal) or failed with EXIT_RETRYABLE.
@@ -61,6 +62,8 @@ class JobDir:
     mlflow_model = property(lambda self: self.root / "mlflow-model")
     # The chief's checkpoints: kept and logged to MLflow.
     checkpoints = property(lambda self: self.root / "checkpoints")
+    # trainer.profile_steps: each training task's profiler trace, under its file name; logged.
+    profile = property(lambda self: self.root / "profile")
     # tf-keras BackupAndRestore's state (trainer=fit on a multi-process cluster).
     backup = property(lambda self: self.root / "backup")
     # One log per task of a multi-process cluster, and the launcher's own.

@@ -319,6 +319,8 @@ def _log_outputs(uri: str, run_id: str, job: JobDir, tracking, finished: bool = 
             store.register_model(uri, run_id, "model", tracking.register_model, tracking.model_alias)
     if job.checkpoints.is_dir() and any(job.checkpoints.iterdir()):
         store.log_artifacts(uri, run_id, [job.checkpoints], "checkpoints")
+    if job.profile.is_dir():  # trainer.profile_steps: a trace per task, as TensorBoard opens them
+        store.log_artifacts(uri, run_id, [job.profile], "profile")
 
 
 def _log_outputs_quietly(uri: str, run_id: str, job: JobDir) -> None:

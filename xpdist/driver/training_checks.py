@@ -11,6 +11,7 @@ import importlib.util
 from collections.abc import Mapping
 
 from xpdist.core import plan as planning
+from xpdist.core import strategies
 from xpdist.core.errors import ConfigError
 from xpdist.core.schema_training import chosen_callbacks
 
@@ -26,6 +27,7 @@ def check(cfg, plan: planning.Plan) -> None:
     _check_optimizer(cfg, plan)
     _check_schedule(cfg)
     _check_callbacks(cfg, plan)
+    _check_profile(cfg, plan)
 
 
 def _target(key: str, target: str, fix: str) -> None:
@@ -120,3 +122,23 @@ def _check_callbacks(cfg, plan: planning.Plan) -> None:
         raise ConfigError("callbacks", "reduce_lr_on_plateau", f"schedule={cfg.schedule.name} sets the learning rate "
                           "at every step, which ReduceLROnPlateau cannot change",
                           "Use schedule=constant with it, or drop reduce_lr_on_plateau.")
+
+
+def _check_profile(cfg, plan: planning.Plan) -> None:
+    """trainer.profile_steps: two steps of the run, in order; not under a coordinator, whose
+    process only dispatches the steps that worker tasks run."""
+    window = list(cfg.trainer.profile_steps)
+    if not window:
+        return
+    total = (plan.steps_per_epoch or 0) * int(cfg.trainer.epochs)
+    fix = f"Give [first, last] with 0 <= first <= last < {total} (the run's steps), e.g. [2, 5]."
+    if len(window) != 2 or not all(isinstance(v, int) for v in window):
+        raise ConfigError("trainer.profile_steps", window, "it takes two step numbers", fix)
+    if not 0 <= window[0] <= window[1] or (total and window[1] >= total):
+        raise ConfigError("trainer.profile_steps", window, f"the run has steps 0 to {total - 1}", fix)
+    spec = strategies.of(cfg)
+    if spec.needs.coordinator:
+        raise ConfigError("trainer.profile_steps", window, f"under strategy={spec.name} the chief only dispatches "
+                          "steps to the workers, whose servers run no loop to trace",
+                          "Profile the same model under a strategy that trains in its tasks (mirrored, "
+                          "multi_worker_mirrored), or drop trainer.profile_steps.")

@@ -55,6 +55,48 @@ def fit_callback(tf, keras, first: int, last: int, logdir: Path):
                                           on_train_end=train_end)
 
 
+class StepWindow:
+    """trainer=ctl's trace of steps first..last, for a loop that runs `count` steps per call.
+
+    Call around each call of the step function: `before(step, count)` starts the profiler
+    when the call reaches `first`, `after(step, count)` stops it once the call ran `last`;
+    `close()` stops a trace that training ended inside.
+    """
+
+    def __init__(self, tf, first: int, last: int, logdir: Path):
+        self.tf, self.first, self.last, self.logdir = tf, first, last, logdir
+        self.on = self.done = False
+
+    def before(self, step: int, count: int) -> None:
+        if not self.on and not self.done and step <= self.last and step + count > self.first:
+            self.tf.profiler.experimental.start(str(self.logdir))
+            self.on = True
+
+    def after(self, step: int, count: int) -> None:
+        if self.on and step + count - 1 >= self.last:
+            self.close()
+
+    def close(self) -> None:
+        if self.on:
+            self.tf.profiler.experimental.stop()
+            self.on, self.done = False, True
+
+
+def window(ctx):
+    """(first, last, this task's trace directory) of trainer.profile_steps, or None."""
+    steps = list(ctx.cfg.trainer.profile_steps)
+    if not steps:
+        return None
+    return steps[0], steps[1], ctx.job.profile / ctx.cluster.file_name
+
+
+def summary(ctx) -> Dict[str, float]:
+    """The chief's split of its traced steps' time (fractions()), {} without a trace."""
+    found = window(ctx)
+    traces = trace_files(found[2]) if found else []
+    return fractions(breakdown(traces[-1])) if traces else {}
+
+
 def trace_files(logdir: Path) -> List[Path]:
     return sorted(Path(logdir).glob("plugins/profile/*/*.xplane.pb"))
 

@@ -19,7 +19,7 @@ from xpdist.core.jobdir import JobDir, JobSpec, MetricFile, RunReady
 from xpdist.core.plan import Plan, resolved_at_run_time, with_replicas
 from xpdist.core.registry import Registry
 from xpdist.task.clipping import after_all_reduce
-from xpdist.task import boot, data, export, flops, models, precision, schedules, strategies
+from xpdist.task import boot, data, export, flops, models, precision, profile, schedules, strategies
 from xpdist.task.train import ctl, fit, ps_ctl
 from xpdist.task.train.common import TrainContext
 
@@ -217,6 +217,7 @@ def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> Optional[int]:
     if ctx.logger is not None:  # the run's summary figures, at the last epoch's step
         summary = {k: final[k] for k in ("steady_examples_per_sec", "first_step_s") if k in final}
         summary.update(flops.figures(ctx, final))  # after training: counting costs the first step nothing
+        summary.update(profile.summary(ctx))  # trainer.profile_steps: where the traced steps' time went
         ctx.logger.add(summary, step=int(cfg.trainer.epochs))  # not len(history): a resumed run has fewer
         ctx.logger.flush()
     save_outputs(ctx, preloaded)

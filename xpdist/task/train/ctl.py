@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Dict
 
+from xpdist.task import profile
 from xpdist.task.callbacks import EpochHooks
 from xpdist.task.data import replica_batches_fn
 from xpdist.task.losses import build_loss, build_metrics
@@ -112,6 +113,8 @@ def train(ctx: TrainContext) -> Dict[str, float]:
     # The bar redraws itself with terminal escapes: on a pipe or in a log file the epoch line below is enough.
     show_bar = cfg.trainer.progress and ctx.chief and sys.stdout.isatty()
     hooks = EpochHooks(ctx)
+    traced = profile.window(ctx)
+    window = profile.StepWindow(tf, *traced) if traced else None
     hooks.train_begin()
     for epoch in range(int(epoch_var.numpy()), cfg.trainer.epochs):
         hooks.epoch_begin(epoch)
@@ -121,9 +124,13 @@ def train(ctx: TrainContext) -> Dict[str, float]:
         done, loss_sum = 0, 0.0
         while done < steps:
             ran = min(loop.spe, steps - done)
+            if window is not None:
+                window.before(epoch * steps + done, ran)
             loss_total = loop.train_step(iterator, tf.constant(ran))
+            loss_sum += float(loss_total)  # waits for the call: a trace stopped after it holds it whole
+            if window is not None:
+                window.after(epoch * steps + done, ran)
             done += ran
-            loss_sum += float(loss_total)
             ctx.step_done()
             if ctx.logger is not None and cfg.trainer.log_every_n_steps and done % cfg.trainer.log_every_n_steps < ran:
                 ctx.logger.add({"batch_loss": float(loss_total) / ran}, step=epoch * steps + done)
@@ -147,6 +154,8 @@ def train(ctx: TrainContext) -> Dict[str, float]:
             print(f"Epoch {epoch + 1}/{cfg.trainer.epochs} - {train_s:.2f}s - {shown}", flush=True)
         if hooks.epoch_end(epoch, logs):  # every worker sees the same logs, so all stop together
             break
+    if window is not None:  # training ended inside the window (stopped early)
+        window.close()
     hooks.train_end()
     finalize_weights(ctx)
     return final_metrics(ctx)

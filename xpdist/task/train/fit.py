@@ -8,6 +8,7 @@ from typing import Dict
 from xpdist.core import strategies
 from xpdist.task.data import global_batches, worker_batches
 from xpdist.task import callbacks as user_callbacks
+from xpdist.task import profile
 from xpdist.task.losses import build_loss, build_metrics
 from xpdist.task.precision import jit_compile
 from xpdist.task.train.common import (TrainContext, checkpoint_manager, final_metrics, keep_iterators, record_epoch,
@@ -83,6 +84,9 @@ def _callbacks(ctx: TrainContext):
     _, manager = checkpoint_manager(ctx)
     if manager is not None:
         callbacks.append(Checkpoints(manager))
+    traced = profile.window(ctx)
+    if traced is not None:  # its batch hooks make Keras wait for every step's logs: profiled runs only
+        callbacks.append(profile.fit_callback(ctx.tf, keras, *traced))
     if ctx.cluster.in_cluster:
         # Last, so an epoch is in MLflow before its backup: a restart then never leaves a
         # gap in the run's metrics (a redone epoch is not logged twice, see record_epoch).
