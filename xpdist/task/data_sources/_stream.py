@@ -30,11 +30,26 @@ class Split:
     split: str
     strategy: Any
 
-    def validation(self, tf, ds):
-        """The first validation_steps batches, with that cardinality declared: Keras 3's fit
-        re-reads a finite validation set every epoch only when its length is known (a file
-        reader's is not), else its second epoch stops with StopIteration."""
+    def validation(self, tf, ds, context=None, endless: bool = False):
+        """The batches of validation_steps global steps, with that cardinality declared: Keras
+        3's fit re-reads a finite validation set every epoch only when its length is known (a
+        file reader's is not), else its second epoch stops with StopIteration.
+
+        ds holds global batches, or with an input context one pipeline's per-replica batches,
+        which feed every replica of its worker: a step takes one per replica there (under
+        mirrored one pipeline feeds both replicas, and taking validation_steps batches of it
+        validated on half the examples).
+
+        endless: those batches over and over, for a distributed dataset handed to Model.fit,
+        which reads validation_steps steps an epoch: the distributed dataset reports its
+        pipeline's cardinality, not its steps, and Keras 3 keeps the iterator of a set whose
+        cardinality exceeds the steps, which then ran dry in the second epoch (StopIteration).
+        """
         steps = self.plan.validation_steps
+        if context is not None:
+            steps *= context.num_replicas_in_sync // context.num_input_pipelines
+        if endless:
+            return ds.take(steps).repeat()
         if self.plan.keras != "keras3":  # tf-keras re-reads it anyway; and under multi-worker
             return ds.take(steps)       # auto-sharding the declared length failed the assertion
         return ds.take(steps).apply(tf.data.experimental.assert_cardinality(steps))
@@ -69,7 +84,7 @@ class FileSplit(Split):
             per_replica = context.get_per_replica_batch_size(self.plan.global_batch_size)
             examples, by_example = self._examples(tf, training, self.cfg.seed, context)
             ds = _pipeline.batches(tf, examples, self.cfg, per_replica, training, self.cfg.seed, context, by_example)
-            return ds if training else self.validation(tf, ds)
+            return ds if training else self.validation(tf, ds, context)
 
         return fn
 

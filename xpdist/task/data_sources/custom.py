@@ -23,17 +23,18 @@ def load(cfg, plan, launch_dir: Path, strategy) -> _stream.Streams:
 class UserSplit(_stream.Split):
     """A split whose per-replica batches the user's function makes; xpdist repeats and prefetches them."""
 
-    def _batches(self, tf, context, batch_size: int, training: bool):
+    def _batches(self, tf, context, batch_size: int, training: bool, endless: bool = False):
         ds = call_user_function(tf, self.cfg, context, batch_size, self.split)
-        ds = ds.repeat() if training else self.validation(tf, ds)
+        ds = ds.repeat() if training else self.validation(tf, ds, context, endless)
         return _pipeline.prefetch(tf, ds, self.cfg)
 
     def global_batches(self, tf, training: bool):
-        """Per-replica batches distributed here (the coordinator's own validation batches as they are)."""
+        """Per-replica batches distributed here for Model.fit (the coordinator's own validation
+        batches as they are)."""
         if strategies.get(self.plan.strategy).needs.coordinator:
             return self._batches(tf, None, self.plan.global_batch_size, training)
         return self.strategy.distribute_datasets_from_function(
-            lambda context: self._batches(tf, context, self.plan.per_replica_batch_size, training))
+            lambda context: self._batches(tf, context, self.plan.per_replica_batch_size, training, endless=True))
 
     def dataset_fn(self, tf, training: bool):
         def fn(context):
