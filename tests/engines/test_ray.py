@@ -13,6 +13,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,6 +25,9 @@ from typing import Dict, List
 
 import psutil
 import pytest
+
+from xpdist.core.jobdir import JobDir
+from xpdist.driver.engines._ray_actors import job_key
 
 from tests.helpers import LOG_MODEL, TINY, Xpdist, xpdist_env
 from tests.integration.test_cluster import epochs_logged, finish, only_run, start, weights
@@ -100,19 +104,21 @@ def placement_groups(address: str, netns=None) -> Dict[str, str]:
     return _ray_query(address, "{k: v['state'] for k, v in ray.util.placement_group_table().items()}", netns)
 
 
-def assert_nothing_left(address: str = None, driver_pid: int = None, netns=None, dirs: bool = True) -> None:
-    """No task process, no xpdist actor, no task directory on the node (unless not dirs: a node
-    that died could not remove its own); with address, every placement group REMOVED; with
-    driver_pid, no process of that driver's private Ray."""
+def assert_nothing_left(job: Path, address: str = None, driver_pid: int = None, netns=None,
+                        dirs: bool = True) -> None:
+    """Nothing of the job is left: no task process, no task directory on a node (unless not dirs:
+    a node that died could not remove its own); with address, every placement group of the Ray
+    head REMOVED (Ray kills the actors of a removed group); with driver_pid, no process of that
+    driver's private Ray."""
+    mine = f"xpdist-ray-{job_key(JobDir(job))}"
     deadline = time.monotonic() + 15
     while True:
         left = []
-        for p in psutil.process_iter(["cmdline", "name"]):
+        for p in psutil.process_iter(["cmdline"]):
             line = " ".join(p.info["cmdline"] or [])
-            if "xpdist-ray-" in line or line.startswith("ray::Node") or (
-                    driver_pid and "session_" in line and f"_{driver_pid}/" in line):
+            if mine in line or (driver_pid and "session_" in line and f"_{driver_pid}/" in line):
                 left.append(f"{p.pid} {line[:80]}")
-        found = list(Path(tempfile.gettempdir()).glob("xpdist-ray-*")) if dirs else []
+        found = list(Path(tempfile.gettempdir()).glob(f"{mine}-*")) if dirs else []
         if not left and not found:
             break
         if time.monotonic() > deadline:
@@ -121,6 +127,12 @@ def assert_nothing_left(address: str = None, driver_pid: int = None, netns=None,
     if address:
         states = placement_groups(address, netns)
         assert states and set(states.values()) == {"REMOVED"}, states
+
+
+def remove_dead_nodes_dirs(job: Path) -> None:
+    """The directories a killed node left (as its machine's reboot would): none runs now."""
+    for path in Path(tempfile.gettempdir()).glob(f"xpdist-ray-{job_key(JobDir(job))}-*"):
+        shutil.rmtree(path)
 
 
 # --- bad input: one line, exit 2, no run (no Ray is started) ---------------------------------
@@ -191,7 +203,7 @@ def test_multi_worker_mirrored_on_a_private_ray_matches_one_device(xpdist: Xpdis
     logs = {p.name: p.read_text() for p in (job / "logs").iterdir()}
     assert {"worker-0.log", "worker-1.log"} <= logs.keys() and "start worker:1 on Ray" in logs["worker-1.log"]
     assert "[worker:0] --- xpdist: start worker:0 on Ray" in out, "the chief's log follows on the terminal"
-    assert_nothing_left(driver_pid=proc.pid)
+    assert_nothing_left(job, driver_pid=proc.pid)
     single = tmp_path / "single"
     done = xpdist.run("strategy=one_device", *SAME_STEPS, "dataset.per_replica_batch_size=10",
                       f"hydra.run.dir={single}", timeout=300)
@@ -215,7 +227,7 @@ def test_parameter_server_on_a_ray_cluster(xpdist: Xpdist, head, tmp_path):
     assert epochs_logged(xpdist, run) == [1, 2]
     assert {p.name for p in (job / "logs").iterdir()} >= {"chief-0.log", "worker-0.log", "worker-1.log", "ps-0.log"}
     assert (job / "result.json").exists(), "the chief's result came back from its node"
-    assert_nothing_left(head)
+    assert_nothing_left(job, head)
 
 
 @pytest.mark.ray
@@ -235,7 +247,7 @@ def test_ctrl_c_leaves_no_actor_placement_group_or_running_run(xpdist: Xpdist, h
     assert proc.returncode == 130, out
     run = only_run(xpdist)
     assert run.info.status == "KILLED", run.info.status
-    assert_nothing_left(head)
+    assert_nothing_left(job, head)
 
 
 
@@ -354,7 +366,7 @@ def test_two_nodes_multi_worker_mirrored_one_task_per_node_matches_one_device(xp
     assert a.keys() == b.keys() and a
     for name in a:
         assert abs(a[name] - b[name]).max() < 1e-5, name
-    assert_nothing_left(two_nodes.address, netns=two_nodes.head)
+    assert_nothing_left(job, two_nodes.address, netns=two_nodes.head)
 
 
 @pytest.mark.ray
@@ -369,7 +381,7 @@ def test_two_nodes_parameter_server(xpdist: Xpdist, two_nodes, tmp_path):
     run = only_run(xpdist)
     assert run.info.status == "FINISHED" and epochs_logged(xpdist, run) == [1, 2]
     assert {p.name for p in (job / "logs").iterdir()} >= {"chief-0.log", "worker-0.log", "worker-1.log", "ps-0.log"}
-    assert_nothing_left(two_nodes.address, netns=two_nodes.head)
+    assert_nothing_left(job, two_nodes.address, netns=two_nodes.head)
 
 
 def start_on_head(cluster: TwoNodes, xpdist: Xpdist, job: Path, *overrides: str) -> subprocess.Popen:
@@ -408,7 +420,8 @@ def test_two_nodes_lost_node_restarts_on_the_node_left(xpdist: Xpdist, two_nodes
     run = only_run(xpdist)
     assert run.info.status == "FINISHED" and run.data.tags["xpdist.restarts"] == "1"
     assert epochs_logged(xpdist, run) == list(range(1, 13))
-    assert_nothing_left(two_nodes.address, netns=two_nodes.head, dirs=False)
+    assert_nothing_left(job, two_nodes.address, netns=two_nodes.head, dirs=False)
+    remove_dead_nodes_dirs(job)
     two_nodes.start_worker(give_up=pytest.fail)
 
 
@@ -434,4 +447,5 @@ def test_two_nodes_lost_node_fails_the_run_in_one_line(xpdist: Xpdist, two_nodes
     assert run.info.status == "FAILED"
     assert noticed_s < 120, f"the lost node was noticed after {noticed_s:.0f} s"
     print(f"lost node: the driver ended {noticed_s:.1f} s after the kill: {errors[0]}")  # seen with -s
-    assert_nothing_left(two_nodes.address, netns=two_nodes.head, dirs=False)
+    assert_nothing_left(job, two_nodes.address, netns=two_nodes.head, dirs=False)
+    remove_dead_nodes_dirs(job)

@@ -64,10 +64,11 @@ class Node:
     Args:
         task_file_name: the task's name in file names (worker-1).
         is_chief: it writes the metric file and the result.
+        job_key: the job's key (in the name of its directory here, /tmp/xpdist-ray-<key>-<task>-*).
     """
 
-    def __init__(self, task_file_name: str, is_chief: bool):
-        self.name, self.is_chief = task_file_name, is_chief
+    def __init__(self, task_file_name: str, is_chief: bool, job_key: str):
+        self.name, self.is_chief, self.key = task_file_name, is_chief, job_key
         self.home: Optional[Path] = None  # made by start(), removed by close()
         self.job = JobDir(Path("."))
         self.proc: Optional[subprocess.Popen] = None
@@ -91,7 +92,7 @@ class Node:
             shared: cluster.checkpoint_dir's directory for this job, on storage every node mounts:
                 the checkpoints and backups live there, so a task restarted elsewhere resumes.
         """
-        self.home = Path(tempfile.mkdtemp(prefix=f"xpdist-ray-{self.name}-"))
+        self.home = Path(tempfile.mkdtemp(prefix=f"xpdist-ray-{self.key}-{self.name}-"))
         self.job = JobDir(self.home / "job")
         self.job.root.mkdir()
         unpack(job_files, self.job.root)
