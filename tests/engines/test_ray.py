@@ -348,13 +348,22 @@ def hosts_in(job: Path) -> set:
 @pytest.mark.netns
 @pytest.mark.slow
 def test_two_nodes_multi_worker_mirrored_one_task_per_node_matches_one_device(xpdist: Xpdist, two_nodes, tmp_path):
+    """Also cluster.checkpoint_dir: a directory both nodes see (outside the hidden one), as NFS
+    would be: the chief's checkpoints are written there, and come back to the job directory."""
     # Over 60 s when it is the module's first two-node test: it pays for starting both Ray
     # nodes (about 25 s), which the next ones share; then a Ray run and a one_device run.
     job = tmp_path / "ray"
-    done = run_on_head(two_nodes, xpdist, "strategy=multi_worker_mirrored", "cluster.workers=2",
-                       "cluster.placement=spread", "communication=ring", "dataset.per_replica_batch_size=5",
-                       *SAME_STEPS, f"hydra.run.dir={job}")
-    assert done.returncode == 0, done.stdout + done.stderr
+    shared = Path(tempfile.mkdtemp(prefix="xpdist-shared-"))
+    try:
+        done = run_on_head(two_nodes, xpdist, "strategy=multi_worker_mirrored", "cluster.workers=2",
+                           "cluster.placement=spread", "communication=ring", "dataset.per_replica_batch_size=5",
+                           f"cluster.checkpoint_dir={shared}", *SAME_STEPS, f"hydra.run.dir={job}")
+        assert done.returncode == 0, done.stdout + done.stderr
+        kept = {p.name for p in shared.glob(f"ray-{job_key(JobDir(job))}/checkpoints/ckpt-2.*")}
+    finally:
+        shutil.rmtree(shared)
+    assert kept == {"ckpt-2.index", "ckpt-2.data-00000-of-00001"}, kept
+    assert (job / "checkpoints" / "ckpt-2.index").is_file(), "the checkpoints came back from the shared directory"
     assert hosts_in(job) == {two_nodes.head.address, two_nodes.worker.address}, "one task on each node"
     run = only_run(xpdist)
     assert run.info.status == "FINISHED" and epochs_logged(xpdist, run) == [1, 2]
