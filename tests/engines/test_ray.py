@@ -317,9 +317,10 @@ def two_nodes(hosts, tmp_path_factory):
         cluster.start_worker()
         # The mount namespace works: a Ray task on the worker node cannot see the job directories.
         sees = "ray.get(ray.remote(lambda p: __import__('os').listdir(p)).options(resources={{'node:{}': 0.01}}).remote({!r}))"
+        seen = tmp_path_factory.mktemp("seen")  # something to see where the directory is not hidden
         base = str(tmp_path_factory.getbasetemp())
         assert _ray_query(cluster.address, sees.format(worker.address, base), head) == []
-        assert _ray_query(cluster.address, sees.format(head.address, base), head)
+        assert seen.name in _ray_query(cluster.address, sees.format(head.address, base), head)
         yield cluster
     finally:
         for node in reversed(cluster.nodes):
