@@ -7,7 +7,13 @@ import threading
 import types
 import warnings
 
+import pytest
+
 from xpdist.task import export
+
+# Keras (and with it TensorFlow) and MLflow's model flavours are imported: about 10 CPU-s, too
+# much for the fast tier, whose tests import neither.
+pytestmark = pytest.mark.slow
 
 
 def _ctx(**tf_attrs):
