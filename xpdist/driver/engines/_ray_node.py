@@ -32,9 +32,10 @@ OUTPUTS = ("result", "resolved", "task_error", "model", "mlflow_model", "checkpo
 # What a restarted task resumes from: the chief's recovery state.
 RECOVERY = ("checkpoints", "backup")
 # How a task starts here. A Ray worker ignores SIGINT, and its children inherit that through
-# exec; a multi_worker_mirrored task goes on after SIGTERM (seen here: TensorFlow's coordination
-# service takes SIGTERM as a preemption notice). Neither would stop the task but SIGKILL, with
-# nothing saved. This line gives SIGINT its default back before exec, so that Python turns it
+# exec; and a multi_worker_mirrored task trains on after SIGTERM (seen here, on cluster=localhost
+# too, though the task's SIGTERM handler is installed; TensorFlow's multi-worker preemption
+# handling, which watches SIGTERM, is the likely cause, not traced). So neither would stop the
+# task but SIGKILL, with nothing saved. This line gives SIGINT its default back before exec, so that Python turns it
 # into the task's KeyboardInterrupt, as on a terminal.
 EXEC_WITH_SIGINT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
                     "os.execv(sys.argv[1], sys.argv[1:])")
