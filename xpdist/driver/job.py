@@ -75,6 +75,12 @@ def plain_config(cfg: DictConfig) -> Dict[str, Any]:
 def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
     """Runs one experiment end to end; never raises for a failed training.
 
+    The steps, each its own function below: check and write the job (_prepare; a bad config
+    ends here, REJECTED), start the tasks while the MLflow run is created (_run_creator, the
+    _Recorder thread), follow them to their outcome and record it (_record), close the run
+    (_close; or _close_interrupted, _close_failed). A task of a cluster that is not the chief
+    runs its part and records nothing (_run_member).
+
     Raises:
         process.Interrupted: after closing the run as KILLED.
     """
@@ -85,50 +91,21 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
     result = JobResult(status="REJECTED", overrides=ctx.overrides)
     uri = ctx.tracking_uri or store.resolve_uri(plain.tracking.uri, ctx.launch_dir)
     job = JobDir(ctx.job_dir)
-    resumed = reopened = None
     try:
-        plan = preflight.check(plain, ctx.launch_dir)
-        preflight.check_tracking_uri(uri)
-        cluster_env = ClusterEnv.from_environ(plain.cluster.name)
-        if plain.tracking.resume:
-            resumed = resume.prepare(uri, plain.tracking.resume, _creation_params(config, plan), job)
-        elif cluster_env.is_chief and not ctx.parent_run_id:
-            # A SLURM job that SLURM requeued continues its run; its task resumes from the job dir.
-            reopened = requeue.find_run(uri, plain.tracking.experiment)
-        write_job_files(job, JobSpec(config, plan, uri, str(ctx.launch_dir), list(ctx.overrides),
-                                     resumed.logged_epochs if resumed else []), keep_metrics=bool(reopened))
+        prepared = _prepare(config, plain, ctx, uri, job)
     except ConfigError as err:
-        result.error = str(err)
-        if ctx.parent_run_id:  # in a sweep, a rejected job is a FAILED child run
-            result.run_id = _record_rejected(config, ctx, uri, str(err))
-            result.status = "FAILED"
-        return result
-
+        return _rejected(result, config, ctx, uri, err)
+    plan = prepared.plan
     result.run_name = plan.run_name if ctx.job_num is None else f"{ctx.job_num}-{plan.run_name}"
     result.num_replicas, result.global_batch_size = plan.num_replicas, plan.global_batch_size
-    if not cluster_env.is_chief:
-        return _run_member(plain, plan, job, cluster_env, result, started)
-    tags = {**_tags(plan, ctx), **heartbeat.initial_tags(plain.tracking.heartbeat_s),
-            "xpdist.job_dir": str(job.root.resolve())}
-
-    inputs = data_sources.describe(plain, plan, ctx.launch_dir)
-
-    def create() -> str:
-        reap.announce(reap.close_stale(uri, plain.tracking.heartbeat_timeout_s))
-        if resumed:
-            return resume.reopen(uri, resumed, tags)
-        if reopened:
-            return requeue.reopen(uri, reopened)
-        run_id = store.create_run(uri, plain.tracking.experiment, result.run_name, _creation_params(config, plan),
-                                  tags, ctx.parent_run_id)
-        store.log_inputs(uri, run_id, inputs)
-        return run_id
+    if not prepared.cluster_env.is_chief:
+        return _run_member(plain, plan, job, prepared.cluster_env, result, started)
 
     # The task starts now and imports TensorFlow while this process creates the MLflow run;
     # it waits for the run before its first training step (JobDir.run_ready).
     engine = engines.for_job(plain, plan, job)
-    recorder = _Recorder(uri, job, create, plain.tracking, relay_from_end=bool(reopened),
-                         task_pids=engine.task_pids)
+    recorder = _Recorder(uri, job, _run_creator(config, plain, ctx, uri, job, prepared, result.run_name),
+                         plain.tracking, relay_from_end=bool(prepared.reopened), task_pids=engine.task_pids)
     recorder.start()
     # A trial of an Optuna study (hydra/sweeper=optuna): its epochs are reported, a pruner may stop it.
     trial = TrialWatch.start_for(ctx.job_num, job)
@@ -137,48 +114,140 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
         if ctx.job_num is not None:  # a standby task started before this job counts from the job's start
             env[LAUNCHED_AT_ENV] = repr(job_started_at)
         outcome = engines.launch(engine, env)
-        try:
-            result.run_id = recorder.finish()
-        except Exception as err:  # nothing was trained: one line, like a bad config
-            result.status = "REJECTED"
-            result.error = str(ConfigError("tracking.uri", uri, f"the MLflow run could not be created "
-                                           f"({one_line(err)}); nothing was trained",
-                                           "Check that the store is writable and its server healthy."))
-            return result
-        if trial is not None:
-            outcome = trial.settle(outcome, uri, result.run_id)
-        result.status, result.error = outcome.status, outcome.error
-        result.metrics = recorder.final_metrics()
-        _log_resolved(uri, result.run_id, job, plan, result)
-        if outcome.restarts:
-            store.set_tags(uri, result.run_id, {"xpdist.restarts": str(outcome.restarts)})
-        _tag_stopped_early(uri, result.run_id, job)
-        _log_outputs(uri, result.run_id, job, plain.tracking, result.ok)
+        if not _record(result, recorder, outcome, trial, uri, job, plan, plain.tracking):
+            return result  # the run could not be created: nothing was trained
     except process.Interrupted as err:
-        with process.signals_deferred():  # a second Ctrl-C must not leave the run RUNNING
-            result.status, result.error = "KILLED", f"interrupted by {err}"
-            if recorder.finish_quietly():
-                result.run_id = recorder.run_id
-                _log_outputs_quietly(uri, result.run_id, job)
-                with contextlib.suppress(Exception):
-                    _log_resolved(uri, result.run_id, job, plan, result)
-                heartbeat.let_go(result.run_id)
-                store.terminate(uri, result.run_id, "KILLED", result.error)
-        result.wall_time_s = time.monotonic() - started
-        err.result = result  # a sweep whose jobs a scheduler runs reports it and goes on
+        _close_interrupted(result, recorder, uri, job, plan, err, started)
         raise
     except Exception as err:  # a launcher bug must not leave the run RUNNING
-        result.status, result.error = "FAILED", f"{type(err).__name__}: {err}"
-        if recorder.finish_quietly():
-            heartbeat.let_go(recorder.run_id)
-            store.terminate(uri, recorder.run_id, "FAILED", result.error)
+        _close_failed(result, recorder, uri, err)
         raise
+    _close(result, uri, started)
+    return result
+
+
+@dataclass
+class _Prepared:
+    """What the checks found: the plan, this process's place in the cluster, and the run it
+    continues (tracking.resume, or a requeued SLURM job's), if any."""
+
+    plan: Plan
+    cluster_env: ClusterEnv
+    resumed: Optional[resume.Resumed] = None
+    reopened: Optional[str] = None  # the run id of a requeued SLURM job's run
+
+
+def _prepare(config: Dict[str, Any], plain, ctx: JobContext, uri: str, job: JobDir) -> _Prepared:
+    """Checks the config, finds the run it continues, and writes the job directory.
+
+    Raises:
+        ConfigError: the config cannot run; nothing is written to the store.
+    """
+    plan = preflight.check(plain, ctx.launch_dir)
+    preflight.check_tracking_uri(uri)
+    prepared = _Prepared(plan, ClusterEnv.from_environ(plain.cluster.name))
+    if plain.tracking.resume:
+        prepared.resumed = resume.prepare(uri, plain.tracking.resume, _creation_params(config, plan), job)
+    elif prepared.cluster_env.is_chief and not ctx.parent_run_id:
+        # A SLURM job that SLURM requeued continues its run; its task resumes from the job dir.
+        prepared.reopened = requeue.find_run(uri, plain.tracking.experiment)
+    logged = prepared.resumed.logged_epochs if prepared.resumed else []
+    write_job_files(job, JobSpec(config, plan, uri, str(ctx.launch_dir), list(ctx.overrides), logged),
+                    keep_metrics=bool(prepared.reopened))
+    return prepared
+
+
+def _rejected(result: JobResult, config: Dict[str, Any], ctx: JobContext, uri: str, err: ConfigError) -> JobResult:
+    """A config that cannot run: REJECTED, or in a sweep a FAILED child run saying why."""
+    result.error = str(err)
+    if ctx.parent_run_id:
+        result.run_id = _record_rejected(config, ctx, uri, str(err))
+        result.status = "FAILED"
+    return result
+
+
+def _run_creator(config: Dict[str, Any], plain, ctx: JobContext, uri: str, job: JobDir, prepared: _Prepared,
+                 run_name: str) -> Callable[[], str]:
+    """The function the _Recorder thread calls to open the job's MLflow run: a new run with
+    its params, tags and inputs, or the run it continues, reopened. Inputs are described here,
+    before the thread starts."""
+    plan = prepared.plan
+    tags = {**_tags(plan, ctx), **heartbeat.initial_tags(plain.tracking.heartbeat_s),
+            "xpdist.job_dir": str(job.root.resolve())}
+    inputs = data_sources.describe(plain, plan, ctx.launch_dir)
+
+    def create() -> str:
+        reap.announce(reap.close_stale(uri, plain.tracking.heartbeat_timeout_s))
+        if prepared.resumed:
+            return resume.reopen(uri, prepared.resumed, tags)
+        if prepared.reopened:
+            return requeue.reopen(uri, prepared.reopened)
+        run_id = store.create_run(uri, plain.tracking.experiment, run_name, _creation_params(config, plan),
+                                  tags, ctx.parent_run_id)
+        store.log_inputs(uri, run_id, inputs)
+        return run_id
+
+    return create
+
+
+def _record(result: JobResult, recorder: "_Recorder", outcome, trial, uri: str, job: JobDir, plan: Plan,
+            tracking) -> bool:
+    """Records the tasks' outcome in the run: status, metrics, what the task resolved, restarts,
+    an early stop, the model and checkpoints. False when the run could not be created (the
+    result then says why, REJECTED: nothing was trained)."""
+    try:
+        result.run_id = recorder.finish()
+    except Exception as err:  # nothing was trained: one line, like a bad config
+        result.status = "REJECTED"
+        result.error = str(ConfigError("tracking.uri", uri, f"the MLflow run could not be created "
+                                       f"({one_line(err)}); nothing was trained",
+                                       "Check that the store is writable and its server healthy."))
+        return False
+    if trial is not None:
+        outcome = trial.settle(outcome, uri, result.run_id)
+    result.status, result.error = outcome.status, outcome.error
+    result.metrics = recorder.final_metrics()
+    _log_resolved(uri, result.run_id, job, plan, result)
+    if outcome.restarts:
+        store.set_tags(uri, result.run_id, {"xpdist.restarts": str(outcome.restarts)})
+    _tag_stopped_early(uri, result.run_id, job)
+    _log_outputs(uri, result.run_id, job, tracking, result.ok)
+    return True
+
+
+def _close(result: JobResult, uri: str, started: float) -> None:
+    """Ends the run with the outcome's status, its wall time tagged; a Ctrl-C waits for it."""
     result.wall_time_s = time.monotonic() - started
     with process.signals_deferred():
         heartbeat.let_go(result.run_id)
         store.set_tags(uri, result.run_id, {"xpdist.wall_time_s": f"{result.wall_time_s:.2f}"})
         store.terminate(uri, result.run_id, result.status, result.error)
-    return result
+
+
+def _close_interrupted(result: JobResult, recorder: "_Recorder", uri: str, job: JobDir, plan: Plan,
+                       err: process.Interrupted, started: float) -> None:
+    """Ctrl-C or SIGTERM: the run, if it was created, ends KILLED with what the tasks left
+    (outputs, checkpoints); a second Ctrl-C must not leave it RUNNING. The result goes on
+    the exception, for a sweep whose jobs a scheduler runs to report and go on."""
+    with process.signals_deferred():
+        result.status, result.error = "KILLED", f"interrupted by {err}"
+        if recorder.finish_quietly():
+            result.run_id = recorder.run_id
+            _log_outputs_quietly(uri, result.run_id, job)
+            with contextlib.suppress(Exception):
+                _log_resolved(uri, result.run_id, job, plan, result)
+            heartbeat.let_go(result.run_id)
+            store.terminate(uri, result.run_id, "KILLED", result.error)
+    result.wall_time_s = time.monotonic() - started
+    err.result = result
+
+
+def _close_failed(result: JobResult, recorder: "_Recorder", uri: str, err: Exception) -> None:
+    """An error of xpdist's own while following the tasks: the run ends FAILED, not RUNNING."""
+    result.status, result.error = "FAILED", f"{type(err).__name__}: {err}"
+    if recorder.finish_quietly():
+        heartbeat.let_go(recorder.run_id)
+        store.terminate(uri, recorder.run_id, "FAILED", result.error)
 
 
 def one_line(err: BaseException) -> str:
