@@ -131,6 +131,22 @@ def test_sweep_goes_on_after_failed_jobs_and_exits_non_zero(xpdist):
     assert "job 1 FAILED: ValueError: model._target_=xpdist.no_such_module.build" in proc.stdout
 
 
+def test_a_sweep_over_the_training_pieces(xpdist):
+    """Issue 23's sweep as a user types it: optimizers by schedules, each job its own pieces."""
+    proc = xpdist.run("optimizer=sgd,adamw", "schedule=constant,cosine", "trainer.epochs=2", multirun=True,
+                      timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    parent, children = sweep_runs(xpdist)
+    assert [c.info.status for c in children] == ["FINISHED"] * 4
+    pieces = [(c.data.params["optimizer.name"], c.data.params["schedule.name"]) for c in children]
+    assert sorted(pieces) == [("adamw", "constant"), ("adamw", "cosine"), ("sgd", "constant"), ("sgd", "cosine")]
+    for child in children:
+        rates = [m.value for m in xpdist.client().get_metric_history(child.info.run_id, "learning_rate")]
+        decays = child.data.params["schedule.name"] == "cosine"
+        assert len(rates) == 2 and (rates[1] < rates[0] if decays else rates[1] == rates[0]), (pieces, rates)
+    assert (parent.data.tags["sweep.optimizer"], parent.data.tags["sweep.schedule"]) == ("sgd,adamw", "constant,cosine")
+
+
 def _descendants(pid):
     return psutil.Process(pid).children(recursive=True)
 

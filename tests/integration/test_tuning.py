@@ -128,8 +128,10 @@ def test_resume_by_name_adds_trials_and_pruning_stops_a_hopeless_trial_early(xpd
 
 def test_a_failing_trial_is_told_failed_and_the_study_goes_on(xpdist):
     # per_replica_batch_size=0 is rejected by the job's preflight: a FAILED child run, a FAIL trial.
+    # The trials also tune a schedule's warmup (issue 23: the sweeper reaches the training pieces).
     proc = xpdist.run(*STUDY, "trainer.epochs=1", "hydra.sweeper.n_trials=2", "hydra.sweeper.sampler=grid",
                       "hydra.sweeper.study_name=failing", "hydra.sweeper.params.dataset.per_replica_batch_size=choice(0, 5)",
+                      "schedule=cosine", "hydra.sweeper.params.schedule.warmup_epochs=choice(0.5)",
                       multirun=True, tiny=False, timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     study = study_of(xpdist, "failing")
@@ -138,6 +140,9 @@ def test_a_failing_trial_is_told_failed_and_the_study_goes_on(xpdist):
     (parent,), trials = parents_and_trials(xpdist)
     assert {r.data.tags["xpdist.trial_state"]: r.info.status for r in trials} == {"FAIL": "FAILED", "COMPLETE": "FINISHED"}
     assert "dataset.per_replica_batch_size" in next(t for t in study.trials if t.state == TrialState.FAIL).user_attrs["xpdist.error"]
+    assert all(t.params["schedule.warmup_epochs"] == 0.5 for t in study.trials)
+    finished = next(r for r in trials if r.info.status == "FINISHED")
+    assert (finished.data.params["schedule.name"], finished.data.params["schedule.warmup_epochs"]) == ("cosine", "0.5")
 
 
 @pytest.mark.parametrize("recipe", ["tune_mirrored_digits", "tune_strategy_lr"])
