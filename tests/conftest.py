@@ -59,7 +59,7 @@ def pytest_collection_modifyitems(items):
 
 
 # Each test's tier, for the totals printed at the end: the first marker of this list it has.
-TIERS = ("browser", "slurm", "netns", "postgres", "cluster", "slow")
+TIERS = ("browser", "slurm", "netns", "ray", "postgres", "cluster", "slow")
 # A test longer than this (setup, call and teardown) is named at the end; such a test needs
 # its reason in a comment (docs/contributing.md).
 LONG_TEST_S = 60.0
