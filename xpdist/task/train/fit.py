@@ -15,6 +15,23 @@ from xpdist.task.train.common import (TrainContext, checkpoint_manager, final_me
                                       resume_epoch)
 
 
+def logs_stay_tensors(callback):
+    """Marks a callback whose batch hooks need no Python number from the logs, so that Keras
+    does not wait for the device after every step on its account.
+
+    Neither Keras has a public switch for it. tf-keras' CallbackList passes the logs as
+    tensors only when every callback has `_supports_tf_logs` (tf_keras/src/callbacks.py), else
+    it turns them into numbers after every step. Keras 3's runs batch hooks on a worker thread
+    only when every callback that has one says `async_safe` (keras/src/callbacks/
+    callback_list.py), on a backend it deems thread-safe: not TensorFlow in Keras 3.15.1, where
+    the mark changes nothing yet. Both attributes are set here and nowhere else, and
+    tests/integration/test_kept_iterators.py fails on a Keras that no longer reads them.
+    """
+    callback.async_safe = True
+    callback._supports_tf_logs = True
+    return callback
+
+
 def _callbacks(ctx: TrainContext):
     keras = ctx.keras
     steps = ctx.plan.steps_per_epoch
@@ -37,18 +54,14 @@ def _callbacks(ctx: TrainContext):
             train_s = self._train_s or total
             record_epoch(ctx, epoch + 1, logs or {}, train_s, total, steps)
 
-    # Keras 3 runs batch hooks on a worker thread only when every callback that has one is
-    # async_safe, and tf-keras passes them the logs as tensors only when every one has
-    # _supports_tf_logs; otherwise both turn the logs into Python numbers after every step,
-    # waiting for the device. The hooks below need no number but batch_loss every N steps.
+    # The batch hooks below need no number of the logs but batch_loss every N steps: see
+    # logs_stay_tensors.
     class FirstStep(keras.callbacks.Callback):
         """Notes when the first training call has ended (the first_step_s metric)."""
 
-        async_safe = True
-
         def __init__(self):
             super().__init__()
-            self._supports_tf_logs = True
+            logs_stay_tensors(self)
 
         def on_train_batch_end(self, batch, logs=None):
             ctx.step_done()
@@ -56,11 +69,9 @@ def _callbacks(ctx: TrainContext):
     class StepLoss(MlflowEpochs):
         """Buffers batch_loss every trainer.log_every_n_steps steps (written at epoch end)."""
 
-        async_safe = True
-
         def __init__(self):
             super().__init__()
-            self._supports_tf_logs = True  # float() below waits for the device every N steps only
+            logs_stay_tensors(self)  # float() below waits for the device every N steps only
 
         def on_train_batch_end(self, batch, logs=None):
             if ctx.logger is not None:
