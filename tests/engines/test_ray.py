@@ -181,6 +181,17 @@ def test_ray_missing_names_the_extra(monkeypatch):
 
 # --- training on Ray ------------------------------------------------------------------------
 
+def assert_one_devices_weights(xpdist: Xpdist, job: Path, single: Path) -> None:
+    """The run in job ended with the weights one_device trains on the same steps (within 1e-5)."""
+    done = xpdist.run("strategy=one_device", *SAME_STEPS, "dataset.per_replica_batch_size=10",
+                      f"hydra.run.dir={single}", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    a, b = weights(job / "model.keras"), weights(single / "model.keras")
+    assert a.keys() == b.keys() and a
+    for name in a:
+        assert abs(a[name] - b[name]).max() < 1e-5, name
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 def test_multi_worker_mirrored_on_a_private_ray_matches_one_device(xpdist: Xpdist, tmp_path):
@@ -204,14 +215,7 @@ def test_multi_worker_mirrored_on_a_private_ray_matches_one_device(xpdist: Xpdis
     assert {"worker-0.log", "worker-1.log"} <= logs.keys() and "start worker:1 on Ray" in logs["worker-1.log"]
     assert "[worker:0] --- xpdist: start worker:0 on Ray" in out, "the chief's log follows on the terminal"
     assert_nothing_left(job, driver_pid=proc.pid)
-    single = tmp_path / "single"
-    done = xpdist.run("strategy=one_device", *SAME_STEPS, "dataset.per_replica_batch_size=10",
-                      f"hydra.run.dir={single}", timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    a, b = weights(job / "model.keras"), weights(single / "model.keras")
-    assert a.keys() == b.keys() and a
-    for name in a:
-        assert abs(a[name] - b[name]).max() < 1e-5, name
+    assert_one_devices_weights(xpdist, job, tmp_path / "single")
 
 
 @pytest.mark.ray
@@ -368,14 +372,7 @@ def test_two_nodes_multi_worker_mirrored_one_task_per_node_matches_one_device(xp
     assert hosts_in(job) == {two_nodes.head.address, two_nodes.worker.address}, "one task on each node"
     run = only_run(xpdist)
     assert run.info.status == "FINISHED" and epochs_logged(xpdist, run) == [1, 2]
-    single = tmp_path / "single"
-    done = xpdist.run("strategy=one_device", *SAME_STEPS, "dataset.per_replica_batch_size=10",
-                      f"hydra.run.dir={single}", timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    a, b = weights(job / "model.keras"), weights(single / "model.keras")
-    assert a.keys() == b.keys() and a
-    for name in a:
-        assert abs(a[name] - b[name]).max() < 1e-5, name
+    assert_one_devices_weights(xpdist, job, tmp_path / "single")
     assert_nothing_left(job, two_nodes.address, netns=two_nodes.head)
 
 
