@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import shutil
 import signal
@@ -179,6 +180,22 @@ def test_ray_missing_names_the_extra(monkeypatch):
                               "Install the extra: pip install 'xpdist[ray]'.")
 
 
+@pytest.mark.parametrize("address, line", [
+    ("ray://head:10001", "hydra.launcher.ray.init.address=ray://head:10001: expected auto, local or host:port"),
+    ("auto", "hydra.launcher.ray.init.address=auto: no Ray cluster runs on this machine"),
+])
+def test_sweep_bad_address_is_one_line_and_no_run(xpdist: Xpdist, address, line):
+    """hydra/launcher=ray checks its address before the sweep's parent run exists."""
+    need_ray()
+    if address == "auto" and (os.environ.get("RAY_ADDRESS") or Path("/tmp/ray/ray_current_cluster").exists()):
+        pytest.skip("a Ray cluster runs on this machine: address=auto would find it")
+    done = xpdist.run("hydra/launcher=ray", f"hydra.launcher.ray.init.address={address}", "seed=1,2", multirun=True)
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [out for out in done.stderr.splitlines() if out.startswith("xpdist: error:")]
+    assert len(errors) == 1 and line in errors[0], done.stderr
+    assert xpdist.runs() == []
+
+
 # --- training on Ray ------------------------------------------------------------------------
 
 def assert_one_devices_weights(xpdist: Xpdist, job: Path, single: Path) -> None:
@@ -232,6 +249,32 @@ def test_parameter_server_on_a_ray_cluster(xpdist: Xpdist, head, tmp_path):
     assert {p.name for p in (job / "logs").iterdir()} >= {"chief-0.log", "worker-0.log", "worker-1.log", "ps-0.log"}
     assert (job / "result.json").exists(), "the chief's result came back from its node"
     assert_nothing_left(job, head)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_optuna_trials_run_as_ray_tasks(xpdist: Xpdist, head):
+    """hydra/sweeper=optuna through hydra/launcher=ray: two trials at a time, each a Ray task;
+    every trial told COMPLETE with its run's loss, every run a FINISHED child of the study's parent."""
+    import optuna
+    from optuna.trial import TrialState
+
+    done = xpdist.run("hydra/sweeper=optuna", "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2",
+                      "hydra.sweeper.study_name=on_ray", "hydra.sweeper.params.optimizer.learning_rate=interval(1e-3, 1e-1)",
+                      "hydra/launcher=ray", f"hydra.launcher.ray.init.address={head}", multirun=True, timeout=400)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    study = optuna.load_study(study_name="on_ray", storage=f"sqlite:///{xpdist.workdir / 'optuna.db'}")
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+    runs = xpdist.runs()
+    (parent,) = [r for r in runs if r.data.tags.get("xpdist.sweep") == "true"]
+    trials = {r.info.run_id: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    assert parent.info.status == "FINISHED" and len(trials) == 2
+    for trial in study.trials:
+        run = trials[trial.user_attrs["mlflow_run_id"]]
+        assert run.info.status == "FINISHED" and math.isclose(run.data.metrics["loss"], trial.value, rel_tol=1e-6)
+    job_ids = {(d / ".hydra" / "hydra.yaml").read_text().split("id: ", 1)[1].split()[0]
+               for d in next((xpdist.workdir / "multirun").glob("*/*")).iterdir() if (d / ".hydra").is_dir()}
+    assert job_ids == {"job_id_for_0", "job_id_for_1"}, "the launcher's names for jobs run as Ray tasks"
 
 
 @pytest.mark.ray
@@ -389,6 +432,52 @@ def test_two_nodes_parameter_server(xpdist: Xpdist, two_nodes, tmp_path):
     assert run.info.status == "FINISHED" and epochs_logged(xpdist, run) == [1, 2]
     assert {p.name for p in (job / "logs").iterdir()} >= {"chief-0.log", "worker-0.log", "worker-1.log", "ps-0.log"}
     assert_nothing_left(job, two_nodes.address, netns=two_nodes.head)
+
+
+# One option of the sweep below per job: a strategy and, for one, a cluster=ray training.
+SWEEP_OPTIONS = {
+    "one_device": "defaults:\n  - override /strategy: one_device\n",
+    "mirrored": "defaults:\n  - override /strategy: mirrored\n",
+    "ray_mwms": "defaults:\n  - override /strategy: multi_worker_mirrored\n  - override /cluster: ray\n"
+                "cluster:\n  workers: 2\n",
+}
+
+
+@pytest.mark.ray
+@pytest.mark.netns
+@pytest.mark.slow
+def test_two_nodes_sweep_across_strategies(xpdist: Xpdist, two_nodes, tracking, tmp_path):
+    """hydra/launcher=ray: three jobs as Ray tasks spread over both nodes, one of them a cluster=ray
+    training whose actors share the cluster, recorded through the MLflow server. A job that ran
+    on the worker node made its directory there (hidden from this view) and found the parent
+    run without the sweep directory."""
+    options = tmp_path / "conf" / "xp"
+    options.mkdir(parents=True)
+    for name, text in SWEEP_OPTIONS.items():
+        (options / f"{name}.yaml").write_text("# @package _global_\n" + text)
+    sweep, experiment = tmp_path / "sweep", f"ray-sweep-{tmp_path.name}"
+    argv = [sys.executable, "-m", "xpdist", "-m", f"--config-dir={tmp_path / 'conf'}", *TINY,
+            "+xp=one_device,mirrored,ray_mwms", "hydra/launcher=ray",
+            f"hydra.launcher.ray.init.address={two_nodes.address}",
+            "hydra.launcher.ray.remote.scheduling_strategy=SPREAD", f"hydra.sweep.dir={sweep}",
+            f"tracking.uri={tracking.uri}", f"tracking.experiment={experiment}"]
+    done = subprocess.run(two_nodes.head.exec_argv(argv), cwd=xpdist.workdir, env=two_nodes.env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking.uri)
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("xpdist.sweep") == "true"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert parent.info.status == "FINISHED" and len(runs) == 4
+    assert sorted(r.data.params["strategy"] for r in children) == ["mirrored", "multi_worker_mirrored", "one_device"]
+    assert all(r.info.status == "FINISHED" for r in children), [r.data.tags.get("xpdist.error") for r in children]
+    (trained_on_ray,) = [r for r in children if r.data.params["cluster"] == "ray"]
+    assert trained_on_ray.data.params["num_replicas"] == "2"
+    here = {p.name for p in sweep.iterdir() if p.name.isdigit()}
+    assert here and here != {"0", "1", "2"}, f"job directories on the head's node: {here}"
+    assert_nothing_left(sweep, two_nodes.address, netns=two_nodes.head, dirs=False)
 
 
 def start_on_head(cluster: TwoNodes, xpdist: Xpdist, job: Path, *overrides: str) -> subprocess.Popen:

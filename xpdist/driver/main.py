@@ -7,6 +7,7 @@ task process(es); it never imports TensorFlow.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import logging
 import os
@@ -114,7 +115,7 @@ def _uri(cfg: DictConfig, ctx: job.JobContext) -> str:
 
 
 def register_plugins() -> None:
-    """Registers xpdist's Hydra plugins (the Optuna sweeper) with Hydra itself.
+    """Registers xpdist's Hydra plugins (the Optuna sweeper, the Ray launcher) with Hydra itself.
 
     Hydra 1.3 finds plugins by listing the `hydra_plugins` namespace package's modules. After
     setuptools' default editable install (PEP 660) the package imports through an import hook
@@ -122,14 +123,20 @@ def register_plugins() -> None:
     the checkout's root (facebookresearch/hydra#2359; entry-point discovery arrives in Hydra
     1.4, facebookresearch/hydra#3252). Importing the plugin's config stores it in the
     ConfigStore, and `Plugins.register` is Hydra's public call for a plugin class it did not
-    scan; both are harmless after a scan that found them.
+    scan; both are harmless after a scan that found them. The Ray launcher's class subclasses
+    hydra-ray-launcher's, of the ray extra: registered where that is installed.
     """
     from hydra.core.plugins import Plugins
 
     import hydra_plugins.xpdist_optuna.config  # noqa: F401  (stores hydra/sweeper/optuna)
+    import hydra_plugins.xpdist_ray.config  # noqa: F401  (stores hydra/launcher/ray)
     from hydra_plugins.xpdist_optuna.optuna_sweeper import OptunaSweeper
 
     Plugins.instance().register(OptunaSweeper)
+    if importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is not None:
+        from hydra_plugins.xpdist_ray.ray_launcher import RayLauncher
+
+        Plugins.instance().register(RayLauncher)
 
 
 def cli() -> None:

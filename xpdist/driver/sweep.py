@@ -3,7 +3,8 @@
 Hydra calls SweepCallback in the process that drives the sweep: it creates the store, the
 experiment and the parent run before any job starts, and at the end reads the child runs
 back from MLflow, prints one comparison table, logs it (CSV, Markdown, PNG) on the parent
-and closes the parent. Jobs find the parent through sweep.json in the sweep directory and
+and closes the parent. Jobs find the parent through sweep.json in the sweep directory (or, on
+a node that does not see it, in ray_launcher.SWEEP_ENV, which hydra/launcher=ray sets) and
 everything at the end is read from MLflow, so this works with any launcher, including ones
 that run jobs in other processes or on other machines.
 """
@@ -23,7 +24,7 @@ from omegaconf import DictConfig
 from xpdist.api import RESULT_FILE_ENV
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import SWEEP_FILE
-from xpdist.driver import engines, hydra_private, preflight, standby, sweep_check
+from xpdist.driver import engines, hydra_private, preflight, ray_launcher, standby, sweep_check
 from xpdist.report import summary
 from xpdist.tracking import heartbeat, reap, store
 
@@ -45,9 +46,15 @@ def _read(sweep_dir: Path) -> Optional[dict]:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def open_sweep() -> Optional[Dict[str, Any]]:
+    """sweep.json of the sweep this process drives (for launchers that hand it to jobs), if open."""
+    return _State.open_sweep
+
+
 def join(ctx, hc) -> None:
     """Points a job's context at its sweep's parent run and store."""
-    info = _read(Path(hc.sweep.dir))
+    given = os.environ.get(ray_launcher.SWEEP_ENV)
+    info = json.loads(given) if given else _read(Path(hc.sweep.dir))
     ctx.job_num = hc.job.num
     if info:
         ctx.parent_run_id = info["parent_run_id"]
@@ -123,19 +130,19 @@ def swept_overrides(config: DictConfig) -> List[str]:
     return found
 
 
-def _sweeper_preflight(config: DictConfig) -> None:
+def _plugins_preflight(config: DictConfig) -> None:
     """A sweeper with a `preflight(config)` (hydra/sweeper=optuna) checks its search space here,
-    before the store, the parent run or the sweep directory exist: bad input is one line, exit 2."""
+    and hydra/launcher=ray its extra and address, before the store, the parent run or the sweep
+    directory exist: bad input is one line, exit 2."""
     from hydra.utils import get_class
 
-    from xpdist.core.errors import ConfigError
-
     target = config.hydra.sweeper.get("_target_")
-    check = getattr(get_class(target), "preflight", None) if target else None
-    if check is None:
-        return
+    checks = [getattr(get_class(target), "preflight", None) if target else None]
+    if config.hydra.launcher.get("_target_") == ray_launcher.TARGET:  # without importing its plugin
+        checks.append(ray_launcher.preflight)
     try:
-        check(config)
+        for check in filter(None, checks):
+            check(config)
     except ConfigError as err:
         print(f"xpdist: error: {err}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
@@ -154,7 +161,7 @@ class SweepCallback(Callback):
             hc.sweeper.get("_target_") == hydra_private.BASIC_SWEEPER
         # The jobs run here one after another: each gets a standby task (xpdist/driver/standby.py).
         standby.keep_if(in_process and engines.of(config).keeps_standby and not config.verbose)
-        _sweeper_preflight(config)
+        _plugins_preflight(config)
         uri = store.resolve_uri(config.tracking.uri, Path(hc.runtime.cwd))
         try:
             preflight.check_tracking_uri(uri)

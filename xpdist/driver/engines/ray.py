@@ -51,6 +51,21 @@ KEPT_HERE = re.compile(r"^(TF_CONFIG$|MLFLOW_)")
 RAY_CURRENT_CLUSTER = Path("/tmp/ray/ray_current_cluster")
 
 
+def check_address(key: str, address) -> None:
+    """A Ray address as cluster.address and hydra/launcher=ray take it: auto (the cluster this
+    machine belongs to), local (a private one-node Ray) or host:port of the head's GCS.
+
+    Raises:
+        ConfigError: naming key.
+    """
+    if address not in ("auto", "local") and not re.fullmatch(r"[\w.\-]+:\d{1,5}", str(address)):
+        raise ConfigError(key, address, "expected auto, local or host:port of the head's GCS",
+                          f"Use e.g. {key}=10.0.0.5:6379, or {key}=local.")
+    if address == "auto" and not os.environ.get("RAY_ADDRESS") and not RAY_CURRENT_CLUSTER.exists():
+        raise ConfigError(key, "auto", "no Ray cluster runs on this machine (RAY_ADDRESS unset, no `ray start`)",
+                          f"Start one with `ray start --head`, or use {key}=local.")
+
+
 class Ray(Engine):
     name = "ray"
 
@@ -73,12 +88,7 @@ class Ray(Engine):
         if importlib.util.find_spec("ray") is None:
             raise ConfigError("cluster", "ray", "Ray is not installed in this Python",
                               "Install the extra: pip install 'xpdist[ray]'.")
-        if c.address not in ("auto", "local") and not re.fullmatch(r"[\w.\-]+:\d{1,5}", str(c.address)):
-            raise ConfigError("cluster.address", c.address, "expected auto, local or host:port of the head's GCS",
-                              "Use e.g. cluster.address=10.0.0.5:6379, or cluster.address=local.")
-        if c.address == "auto" and not os.environ.get("RAY_ADDRESS") and not RAY_CURRENT_CLUSTER.exists():
-            raise ConfigError("cluster.address", "auto", "no Ray cluster runs on this machine (RAY_ADDRESS unset, "
-                              "no `ray start`)", "Start one with `ray start --head`, or use cluster.address=local.")
+        check_address("cluster.address", c.address)
         if c.cpus_per_task <= 0 or c.gpus_per_task < 0:
             key, value = ("cluster.cpus_per_task", c.cpus_per_task) if c.cpus_per_task <= 0 else \
                 ("cluster.gpus_per_task", c.gpus_per_task)
