@@ -1,8 +1,8 @@
 """xpdist/task/profile.py: a real TensorFlow profiler trace of a few Model.fit steps, read back
 into a per-step breakdown that tells an input-bound step from a compute-bound one.
 
-Each case trains in a fresh interpreter (the Keras flavour is fixed at TensorFlow's import);
-about 10 s each here.
+Each Keras flavour traces its two cases in one fresh interpreter (the flavour is fixed at
+TensorFlow's import), one after the other, each into its own log directory.
 """
 
 from __future__ import annotations
@@ -23,33 +23,40 @@ import numpy as np
 import tensorflow as tf
 from xpdist.task import profile
 
-slow_input, logdir = sys.argv[1] == "slow", sys.argv[2]
 keras = tf.keras
-model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Conv2D(16, 3),
-                          keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(4)])
-model.compile("sgd", "mse")
-ds = tf.data.Dataset.from_tensor_slices((np.zeros((384, 32, 32, 3), "float32"), np.zeros((384, 4), "float32")))
-ds = ds.batch(32)
-if slow_input:  # every batch takes 50 ms to read: the step waits on input
-    def read(x, y):
-        time.sleep(0.05)
-        return x, y
 
-    def slow(x, y):
-        a, b = tf.numpy_function(read, [x, y], [tf.float32, tf.float32])
-        a.set_shape([None, 32, 32, 3])
-        b.set_shape([None, 4])
-        return a, b
-    ds = ds.map(slow).prefetch(1)
-model.fit(ds, epochs=1, verbose=0, callbacks=[profile.fit_callback(tf, keras, 3, 6, logdir)])
-(trace,) = profile.trace_files(logdir)
-steps = profile.breakdown(trace)
-print("RESULT " + json.dumps({"steps": steps, "parts": profile.fractions(steps)}))
+
+def traced(slow_input, logdir):
+    model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Conv2D(16, 3),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(4)])
+    model.compile("sgd", "mse")
+    ds = tf.data.Dataset.from_tensor_slices((np.zeros((384, 32, 32, 3), "float32"), np.zeros((384, 4), "float32")))
+    ds = ds.batch(32)
+    if slow_input:  # every batch takes 50 ms to read: the step waits on input
+        def read(x, y):
+            time.sleep(0.05)
+            return x, y
+
+        def slow(x, y):
+            a, b = tf.numpy_function(read, [x, y], [tf.float32, tf.float32])
+            a.set_shape([None, 32, 32, 3])
+            b.set_shape([None, 4])
+            return a, b
+        ds = ds.map(slow).prefetch(1)
+    model.fit(ds, epochs=1, verbose=0, callbacks=[profile.fit_callback(tf, keras, 3, 6, logdir)])
+    (trace,) = profile.trace_files(logdir)
+    steps = profile.breakdown(trace)
+    return {"steps": steps, "parts": profile.fractions(steps)}
+
+
+root = sys.argv[1]
+print("RESULT " + json.dumps({speed: traced(speed == "slow", f"{root}/{speed}") for speed in ("slow", "fast")}))
 """
 
 
-def traced(tmp_path, speed: str, legacy: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", FIT, speed, str(tmp_path / "trace")],
+def traced(tmp_path, legacy: str) -> dict:
+    """{"slow": ..., "fast": ...}: each case's steps and parts, traced in one interpreter."""
+    done = subprocess.run([sys.executable, "-c", FIT, str(tmp_path / "trace")],
                           env=xpdist_env({"TF_USE_LEGACY_KERAS": legacy}), capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -60,8 +67,8 @@ def traced(tmp_path, speed: str, legacy: str) -> dict:
 def test_an_input_bound_step_is_told_from_a_compute_bound_one(tmp_path, legacy):
     from xpdist.task import profile
 
-    slow = traced(tmp_path / "slow", "slow", legacy)
-    fast = traced(tmp_path / "fast", "fast", legacy)
+    found = traced(tmp_path, legacy)
+    slow, fast = found["slow"], found["fast"]
     for result in (slow, fast):
         assert len(result["steps"]) == 4  # steps 3, 4, 5 and 6
         for step in result["steps"]:
