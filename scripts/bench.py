@@ -22,15 +22,26 @@ It writes <out>/bench.json and <out>/bench.md.
     python scripts/bench.py --quick         # before a change to the task, trainers or data pipeline
     python scripts/bench.py --quick --scale --docs docs/performance.md   # + cost at scale, sweeps; the docs' table
     python scripts/bench.py --precision     # cnn: mixed_bfloat16 and XLA against float32 / XLA off
+    python scripts/bench.py --reps 5 --workloads cnn linear --epochs 5 --ways xpdist --strategies \
+        multi_worker_mirrored multi_worker_mirrored-ray multi_worker_mirrored-ray_local \
+        --docs docs/performance.md --docs-part ray
+
+The last compares multi_worker_mirrored's two tasks on cluster=ray (one node) with the same on
+cluster=localhost: on a Ray head the benchmark starts once and stops by its process group
+(`ray start --head`: what xpdist costs on a running cluster) and on a private Ray each run starts
+and stops (cluster.address=local: Ray's start-up included). Ray rows run xpdist only.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import shutil
+import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -60,6 +71,10 @@ MAX_MULTI_WORKER_FIRST_STEP_S = 1.5  # strategies of several task processes
 MAX_PARALLEL_SWEEP_CPU = 1.15  # the parallel sweep's CPU-seconds / the sequential sweep's
 MAX_STEP_LOG_COST_PCT = 2.0
 CNN_SPEEDUP = 1.2
+# Issue 24: MWMS on cluster=ray against cluster=localhost, steady examples/sec.
+MIN_RAY_STEADY_RATIO = 0.95
+# The localhost case each Ray case is compared with.
+RAY_BASELINE = "multi_worker_mirrored"
 
 
 @dataclass(frozen=True)
@@ -79,6 +94,8 @@ class Strategy:
     replicas: int = 1
     # parameter_server: a chief (the coordinator) and this many ps tasks beside the workers.
     ps: int = 0
+    # cluster=ray: on the Ray head the benchmark starts (its address added to the overrides).
+    ray_head: bool = False
 
 
 def workloads(quick: bool, epochs: int | None = None, work: Path = Path(".")) -> Dict[str, Workload]:
@@ -125,7 +142,59 @@ def strategies() -> Dict[str, Strategy]:
     found["parameter_server"] = Strategy(
         "parameter_server", ["strategy=parameter_server", "cluster=localhost", "cluster.workers=2", "cluster.ps=1"],
         ["--strategy", "parameter_server"], workers=2, ps=1)
+    # The same two tasks as Ray actors on one node, compared with RAY_BASELINE (no script: it has no Ray).
+    ray = ["strategy=multi_worker_mirrored", "cluster=ray", "cluster.workers=2"]
+    found["multi_worker_mirrored-ray"] = Strategy("multi_worker_mirrored-ray", ray, [], workers=2, replicas=2,
+                                                  ray_head=True)
+    found["multi_worker_mirrored-ray_local"] = Strategy("multi_worker_mirrored-ray_local",
+                                                        ray + ["cluster.address=local"], [], workers=2, replicas=2)
     return found
+
+
+def default_strategies() -> List[str]:
+    """Every strategy but the Ray ones (opt-in: they need `pip install 'xpdist[ray]'`)."""
+    return [name for name, s in strategies().items() if s.script]
+
+
+class RayHead:
+    """`ray start --head --block` on 127.0.0.1 with a free port and a temp dir of its own, no
+    dashboard, token auth on (Ray 2.60's default); stopped by its process group, never by
+    `ray stop`, which would stop every Ray of this machine."""
+
+    def __init__(self, cpus: int = 2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.address = f"127.0.0.1:{port}"
+        self.temp = tempfile.mkdtemp(prefix="xb", dir="/tmp")  # Ray's socket paths must stay short
+        self.env = {**base_env(), "RAY_AUTH_MODE": "token"}  # its drivers too (docs/clusters.md)
+        self.log = Path(self.temp) / "head.log"
+        start = time.perf_counter()
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", f"--port={port}",
+                 "--node-ip-address=127.0.0.1", f"--num-cpus={cpus}", "--include-dashboard=false",
+                 f"--temp-dir={self.temp}", "--disable-usage-stats"],
+                env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        while "Ray runtime started" not in self.log.read_text():
+            if self.proc.poll() is not None or time.perf_counter() - start > 120:
+                self.stop()
+                raise RuntimeError(f"the Ray head did not start: {self.log.read_text()[-1000:]}")
+            time.sleep(0.2)
+        self.start_s = time.perf_counter() - start
+
+    def stop(self) -> None:
+        """SIGTERM to its process group, SIGKILL to what is left after 10 s."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        shutil.rmtree(self.temp, ignore_errors=True)
 
 
 @dataclass
@@ -180,18 +249,20 @@ class TreeSampler(threading.Thread):
 
 
 def run_processes(cmds: List[List[str]], envs: List[dict], cwd: Path, log: Path, timeout_s: float,
-                  first_ends: bool = False):
+                  first_ends: bool = False, also_sample: List[int] = ()):
     """Starts the commands at once; returns (launched_at, wall_s, exit codes, max rss MB, peak total MB).
 
     With first_ends, the run ends with the first command (a parameter_server chief): the
     others (servers that never end on their own) are killed then, and their codes left out.
+    also_sample: more processes whose trees count in the peak total (a Ray head, whose
+    processes run the tasks), though not in the largest process (wait4 sees only children).
     """
     launched_at = time.time()
     start = time.perf_counter()
     with open(log, "w") as out:
         procs = [subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
                  for cmd, env in zip(cmds, envs)]
-        sampler = TreeSampler([p.pid for p in procs])
+        sampler = TreeSampler([p.pid for p in procs] + list(also_sample))
         sampler.start()
         codes, maxrss = [], 0
         deadline = start + timeout_s
@@ -249,11 +320,15 @@ def write_tfrecords(work: Path, examples: int) -> None:
                    env={**base_env(), "TF_CPP_MIN_LOG_LEVEL": "3"})
 
 
-def run_xpdist(m: Measure, overrides: List[str], work: Path, timeout_s: float) -> None:
+def run_xpdist(m: Measure, overrides: List[str], work: Path, timeout_s: float, head: "RayHead | None" = None) -> None:
+    """One `python -m xpdist` run; with head, on that Ray head (its address added, its processes sampled)."""
     job_dir = work / "jobs" / f"{m.workload}-{m.strategy}-{m.way}-{m.rep}"
     cmd = [sys.executable, "-m", "xpdist", *overrides, f"hydra.run.dir={job_dir}"]
+    if head is not None:
+        cmd.append(f"cluster.address={head.address}")
     launched_at, m.wall_s, codes, m.peak_rss_mb, m.peak_total_rss_mb = run_processes(
-        [cmd], [base_env()], work / "xpdist", Path(m.log), timeout_s)
+        [cmd], [head.env if head else base_env()], work / "xpdist", Path(m.log), timeout_s,
+        also_sample=[head.proc.pid] if head else [])
     job = JobDir(job_dir)
     if job.spec.exists():
         m.steps_per_execution = JobSpec.read(job).plan.steps_per_execution
@@ -409,6 +484,27 @@ def checks(table, log_us: float = float("nan")) -> List[dict]:
             out.append(dict(case=case, target=f"per-step logging < {MAX_STEP_LOG_COST_PCT}% of step time (in process)",
                             figure=f"{share:.3f}% ({per_step_us:.1f} us of {step_us / 1000:.2f} ms)",
                             met=share < MAX_STEP_LOG_COST_PCT))
+    return out + ray_checks(table)
+
+
+def ray_checks(table) -> List[dict]:
+    """Each cluster=ray case against the same case on cluster=localhost (RAY_BASELINE), xpdist
+    both: the steady rate's target, and the start-up, after-training and wall differences
+    (medians), reported without a target (met None)."""
+    out = []
+    for case, ways in table.items():
+        workload, strategy, epochs = case.split("/")
+        base = table.get(f"{workload}/{RAY_BASELINE}/{epochs}", {}).get("xpdist")
+        ray, found = ways.get("xpdist"), strategies().get(strategy)
+        if not base or not ray or not found or "cluster=ray" not in found.xpdist:
+            continue
+        ratio = ray["steady_examples_per_sec"] / base["steady_examples_per_sec"]
+        out.append(dict(case=case, target=f"steady examples/sec >= {MIN_RAY_STEADY_RATIO}x cluster=localhost's",
+                        figure=f"{ratio:.2f}x", met=ratio >= MIN_RAY_STEADY_RATIO))
+        for what, key in (("start-up", "first_step_s"), ("after training", "after_training_s"),
+                          ("wall time", "wall_s")):
+            out.append(dict(case=case, target=f"{what} against cluster=localhost (medians)",
+                            figure=f"{ray[key] - base[key]:+.2f} s", met=None))
     return out
 
 
@@ -439,7 +535,12 @@ def markdown(table, targets: List[dict], meta: dict) -> str:
                              f"{cell(r, 'steady_examples_per_sec', 0)} | {fmt(r['peak_rss_mb'], 0)} / "
                              f"{fmt(r['peak_total_rss_mb'], 0)} | {r['runs']} ({r['failed']}) |")
     lines += ["", "| workload / strategy | target | figure | met |", "|---|---|---:|:---:|"]
-    lines += [f"| {t['case']} | {t['target']} | {t['figure']} | {'yes' if t['met'] else 'NO'} |" for t in targets]
+    met = {True: "yes", False: "NO", None: "-"}  # None: a figure reported, no target
+    lines += [f"| {t['case']} | {t['target']} | {t['figure']} | {met[t['met']]} |" for t in targets]
+    if meta.get("ray_head_start_s"):
+        lines += ["", f"The Ray head of the `-ray` rows (`ray start --head`, 2 CPUs, started once by the benchmark) "
+                      f"took {meta['ray_head_start_s']:.1f} s to start, counted in no row; `-ray_local` rows start "
+                      f"and stop a private Ray in every run (cluster.address=local)."]
     if meta.get("scale"):
         curve = ", ".join(f"{n} runs {s:.1f} s" for n, s in meta["scale"]["report"].items())
         summary = ", ".join(f"{n} jobs {s:.1f} s" for n, s in meta["scale"]["sweep_summary"].items())
@@ -499,7 +600,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=5, help="repetitions of every way and case (default 5)")
     p.add_argument("--workloads", nargs="+", choices=("linear", "cnn", "cnn_tfrecord"), default=["linear", "cnn"],
                    help="cnn_tfrecord: the cnn reading TFRecord files (dataset=tfrecord vs a tf.data script)")
-    p.add_argument("--strategies", nargs="+", choices=list(strategies()), default=list(strategies()))
+    p.add_argument("--strategies", nargs="+", choices=list(strategies()), default=default_strategies(),
+                   help="default: all but the Ray ones (multi_worker_mirrored-ray: on a Ray head the benchmark "
+                        "starts; -ray_local: cluster.address=local), compared with multi_worker_mirrored")
     p.add_argument("--log-cost-cases", nargs="*", default=["cnn/one_device", "linear/one_device"],
                    help="cases also run with trainer.log_every_n_steps=1 (per-step logging cost)")
     p.add_argument("--out", type=Path, default=REPO / "bench-results", help="folder for bench.json and bench.md")
@@ -508,6 +611,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS))
     p.add_argument("--docs", type=Path, default=None, help="also write the table into this page, between "
                    "the bench markers (docs/performance.md)")
+    p.add_argument("--docs-part", default="", help="which markers of --docs: none for the main table, "
+                   "`ray` for the Ray subsection's (<!-- bench ray: begin ... -->)")
     p.add_argument("--quick", action="store_true", help="before a change to the task, trainers or data pipeline: "
                    "cnn, one_device and mirrored, 2 and 24 epochs, xpdist against the script, 1 repetition")
     p.add_argument("--scale", action="store_true", help="also time xpdist-report on 10..1,000 runs, the sweep "
@@ -521,6 +626,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="overrides of the --precision runs' strategy (default: strategy=default)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before one run is killed")
     args = p.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.quick:  # its own choices, for what the flags were not given
         given = set(a.split("=")[0] for a in (sys.argv[1:] if argv is None else argv))
         quick = {"--reps": ("reps", 1), "--workloads": ("workloads", ["cnn"]), "--epochs": ("epochs", [2, 24]),
@@ -548,13 +654,27 @@ def main(argv=None) -> int:
     cases = [(workloads(args.quick, epochs, work)[w], strats[name], epochs)
              for epochs in args.epochs for name in args.strategies for w in args.workloads]
 
+    head = None
+    if any(strats[name].ray_head for name in args.strategies):
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # the finally stops the head
+        head = RayHead()
+    try:
+        return run_cases(args, work, cases, head)
+    finally:
+        if head is not None:
+            head.stop()
+        shutil.rmtree(work, ignore_errors=True)  # job dirs, checkpoints and stores of the runs
+
+
+def run_cases(args, work: Path, cases, head: "RayHead | None") -> int:
     def one(workload: Workload, strategy: Strategy, epochs: int, way: str, rep: int) -> Measure:
         m = Measure(way, workload.name, strategy.name, rep, workload.per_replica_batch * strategy.replicas,
                     epochs=epochs)
         m.log = str(args.out / "logs" / f"{workload.name}-{strategy.name}-{epochs}-{way}-{rep}.log".replace("+", "_"))
         if way.startswith("xpdist"):
             extra = ["trainer.log_every_n_steps=1"] if way == LOGGED else []
-            run_xpdist(m, workload.xpdist + strategy.xpdist + extra, work, args.timeout)
+            run_xpdist(m, workload.xpdist + strategy.xpdist + extra, work, args.timeout,
+                       head if strategy.ray_head else None)
         else:
             run_script(m, workload.script + strategy.script, strategy, work, args.timeout)
         state = "ok" if m.ok else f"FAILED ({m.error}; log {m.log})"
@@ -563,15 +683,24 @@ def main(argv=None) -> int:
               f"peak {fmt(m.peak_rss_mb, 0)} MB - {state}", flush=True)
         return m
 
+    def ways_of(strategy: Strategy) -> List[str]:
+        return [way for way in args.ways if way.startswith("xpdist") or strategy.script]  # no Ray script
+
     if not args.no_warmup and cases:  # page TF and MLflow into the file cache; not counted
-        for way in args.ways:
+        for way in ways_of(cases[0][1]):
             one(*cases[0], way, -1)
+        first_on_head = next((case for case in cases if case[1].ray_head), None)
+        if first_on_head and first_on_head is not cases[0]:  # the fresh head's first actors
+            one(*first_on_head, "xpdist", -1)
     measures: List[Measure] = []
     meta = {"reps": args.reps, "quick": args.quick, "step_log_cost_us": step_log_cost_us(),
-            "command": " ".join(["python", "scripts/bench.py", *(sys.argv[1:] if argv is None else argv)])}
+            "command": " ".join(["python", "scripts/bench.py", *args.argv])}
+    if head is not None:
+        meta["ray_head_start_s"] = head.start_s
     for rep in range(args.reps):
-        for i, (workload, strategy, epochs) in enumerate(cases):
-            ways = list(args.ways)
+        turn = rep % len(cases)  # the cases too: Ray's rows compare cases, not ways
+        for i, (workload, strategy, epochs) in enumerate(cases[turn:] + cases[:turn]):
+            ways = ways_of(strategy)
             if f"{workload.name}/{strategy.name}" in args.log_cost_cases:
                 ways.append(LOGGED)
             shift = (rep + i) % len(ways)  # rotate the order so no way always runs first
@@ -590,19 +719,27 @@ def main(argv=None) -> int:
     text = write_results(args.out, measures, meta)
     print(text)
     if args.docs:
-        write_docs(args.docs, text)
-    shutil.rmtree(work, ignore_errors=True)  # job dirs, checkpoints and stores of the runs
+        write_docs(args.docs, text, args.docs_part)
     return 0 if all(m.ok for m in measures) else 1
 
 
 BEGIN, END = "<!-- bench: begin (generated by scripts/bench.py --docs) -->", "<!-- bench: end -->"
 
 
-def write_docs(page: Path, text: str) -> None:
-    """Replaces what lies between the bench markers of `page` with `text`."""
+def markers(part: str = "") -> tuple:
+    """The begin and end markers of the main table (part "") or of a part (`--docs-part ray`)."""
+    if not part:
+        return BEGIN, END
+    return (f"<!-- bench {part}: begin (generated by scripts/bench.py --docs ... --docs-part {part}) -->",
+            f"<!-- bench {part}: end -->")
+
+
+def write_docs(page: Path, text: str, part: str = "") -> None:
+    """Replaces what lies between the markers of `page` (the main table's, or part's) with `text`."""
+    begin, end = markers(part)
     content = page.read_text()
-    head, rest = content.split(BEGIN, 1)
-    page.write_text(f"{head}{BEGIN}\n{text}{END}{rest.split(END, 1)[1]}")
+    head, rest = content.split(begin, 1)
+    page.write_text(f"{head}{begin}\n{text}{end}{rest.split(end, 1)[1]}")
 
 
 def write_results(out: Path, measures: List[Measure], meta: dict) -> str:

@@ -1,19 +1,21 @@
-"""Smoke test of scripts/bench.py: one strategy, one repetition, tiny workload.
+"""Smoke test of scripts/bench.py: one strategy, one repetition, tiny workload; and, without
+running anything, how it compares the cluster=ray rows with cluster=localhost and where it
+writes them in docs/performance.md.
 
 It checks what the benchmark writes, never how fast anything ran (the machine is shared).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import shlex
 import subprocess
 import sys
 
 import pytest
 
 from tests.helpers import REPO, xpdist_env
-
-pytestmark = pytest.mark.slow
 
 # Quick mode compares xpdist with the hand-written script without MLflow.
 WAYS = {"xpdist", "script"}
@@ -26,6 +28,7 @@ PS_CASE = "linear/parameter_server/2ep"
 
 # Over 60 s (2 min on a quiet machine here, 5 under load): 8 runs, two repetitions of two strategies, one of them a 4-process
 # cluster both ways, the least that shows a spread and the parameter_server script's servers stopped.
+@pytest.mark.slow
 def test_quick_bench_writes_json_and_markdown(tmp_path):
     out = tmp_path / "results"
     cmd = [sys.executable, str(REPO / "scripts" / "bench.py"), "--quick", "--workloads", "linear", "--reps", "2",
@@ -58,3 +61,64 @@ def test_quick_bench_writes_json_and_markdown(tmp_path):
     assert "median (min-max)" in markdown.lower()
     assert any("(maxima)" in t["target"] for t in report["targets"])
     assert "python scripts/bench.py" in markdown
+
+
+def bench_module():
+    """scripts/bench.py as a module (registered first: its dataclasses look their module up)."""
+    name = "xpdist_scripts_bench"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / "bench.py")
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+def test_ray_rows_are_compared_with_localhost_and_their_differences_reported():
+    bench = bench_module()
+    measures = []
+    for strategy, rate, first_step in (("multi_worker_mirrored", 1000.0, 9.0),
+                                       ("multi_worker_mirrored-ray", 960.0, 10.5),
+                                       ("multi_worker_mirrored-ray_local", 900.0, 14.0)):
+        for rep in range(2):
+            measures.append(bench.Measure("xpdist", "cnn", strategy, rep, 128, epochs=5, ok=True, wall_s=first_step + 5,
+                                          first_step_s=first_step, training_s=2.0, after_training_s=3.0,
+                                          steady_examples_per_sec=rate, peak_rss_mb=700, peak_total_rss_mb=1500))
+    table = bench.summarize(measures)
+    targets = {(t["case"], t["target"].split(" against")[0].split(" >=")[0]): t for t in bench.checks(table)}
+    steady = targets[("cnn/multi_worker_mirrored-ray/5ep", "steady examples/sec")]
+    assert (steady["figure"], steady["met"]) == ("0.96x", True) and "0.95x cluster=localhost" in steady["target"]
+    assert targets[("cnn/multi_worker_mirrored-ray_local/5ep", "steady examples/sec")]["met"] is False
+    start = targets[("cnn/multi_worker_mirrored-ray/5ep", "start-up")]
+    assert (start["figure"], start["met"]) == ("+1.50 s", None)  # reported, no target
+    assert not [t for t in targets if t[0].startswith("cnn/multi_worker_mirrored/")]  # no script: nothing to compare
+    markdown = bench.markdown(table, list(targets.values()), {"reps": 2, "machine": "m", "command": "c",
+                                                              "ray_head_start_s": 3.2})
+    row = "| cnn/multi_worker_mirrored-ray/5ep | start-up against cluster=localhost (medians) | +1.50 s | - |"
+    assert row in markdown
+    assert "took 3.2 s to start" in markdown
+
+
+def test_the_ray_rows_need_asking_for_and_run_xpdist_only():
+    bench = bench_module()
+    found = bench.strategies()
+    ray = [name for name, s in found.items() if "cluster=ray" in s.xpdist]
+    assert sorted(ray) == ["multi_worker_mirrored-ray", "multi_worker_mirrored-ray_local"]
+    assert not set(ray) & set(bench.parse_args([]).strategies)  # opt-in: they need the Ray extra
+    assert found["multi_worker_mirrored-ray"].ray_head and "cluster.address=local" in found[ray[1]].xpdist
+    assert all(found[name].script == [] and found[name].workers == 2 for name in ray)
+
+
+def test_docs_part_writes_only_its_own_block_and_the_pages_command_parses(tmp_path):
+    bench = bench_module()
+    page = tmp_path / "page.md"
+    (begin, end), (ray_begin, ray_end) = bench.markers(), bench.markers("ray")
+    page.write_text(f"a\n{begin}\nmain\n{end}\nb\n{ray_begin}\nold\n{ray_end}\nc\n")
+    bench.write_docs(page, "new\n", "ray")
+    assert page.read_text() == f"a\n{begin}\nmain\n{end}\nb\n{ray_begin}\nnew\n{ray_end}\nc\n"
+    performance = (REPO / "docs" / "performance.md").read_text()
+    assert performance.count(ray_begin) == 1 and performance.count(ray_end) == 1
+    ray_part = performance.split("### Ray:", 1)[1].split(ray_begin, 1)[0]
+    command = ray_part.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    args = bench.parse_args(shlex.split(command)[2:])  # python scripts/bench.py ...
+    assert args.docs_part == "ray" and args.ways == ["xpdist"]
+    assert {"multi_worker_mirrored", "multi_worker_mirrored-ray"} <= set(args.strategies) and args.reps >= 3
