@@ -279,6 +279,32 @@ def test_optuna_trials_run_as_ray_tasks(xpdist: Xpdist, head):
 
 @pytest.mark.ray
 @pytest.mark.slow
+def test_sweep_ctrl_c_cancels_every_job(xpdist: Xpdist, head, tmp_path):
+    """Ctrl-C of a hydra/launcher=ray sweep with two jobs training: each job, cancelled by Ray,
+    stops its task and closes its run KILLED; the parent ends KILLED; no task process is left."""
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "xpdist", "-m", *TINY, "strategy=one_device", "seed=1,2", "trainer.epochs=1000",
+           "hydra/launcher=ray", f"hydra.launcher.ray.init.address={head}", f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(cmd, cwd=xpdist.workdir, env=xpdist_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while not all((sweep / job / "metrics.jsonl").is_file() for job in ("0", "1")):  # both jobs trained an epoch
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"the jobs never trained:\n{finish(proc)}")
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out = finish(proc, timeout=60)
+    assert proc.returncode == 130, out
+    runs = xpdist.runs()
+    assert len(runs) == 3 and {r.info.status for r in runs} == {"KILLED"}, [(r.info.run_name, r.info.status) for r in runs]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert {r.data.tags.get("xpdist.error") for r in children} == {"interrupted by SIGINT"}, "each job closed its own run"
+    left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(sweep) in " ".join(p.info["cmdline"] or [])]
+    assert left == [], f"task processes left: {left}"
+
+
+@pytest.mark.ray
+@pytest.mark.slow
 def test_ctrl_c_leaves_no_actor_placement_group_or_running_run(xpdist: Xpdist, head, tmp_path):
     # About 35 s here: two TensorFlow imports on 2 cores before the first epoch comes back.
     job = tmp_path / "job"

@@ -53,8 +53,9 @@ def main(cfg: DictConfig) -> job.JobResult:
         result = job.run(cfg, ctx)
     except process.Interrupted as err:
         if multirun and engines.schedules(hc.launcher) and getattr(err, "result", None) is not None:
-            # SLURM cancelled or preempted this job alone (a user's Ctrl-C reaches the sweep's
-            # own process): its run is closed KILLED, and the sweep goes on with the others.
+            # SLURM cancelled or preempted this job alone, or Ray cancelled its task (a user's
+            # Ctrl-C reaches the sweep's own process, which stops the rest itself): its run is
+            # closed KILLED, and the sweep goes on with the others.
             print(f"xpdist: interrupted by {err}; run closed as KILLED", file=sys.stderr)
             _State.exit_code = 1
             return err.result

@@ -36,19 +36,25 @@ from typing import Any, Dict, List, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from xpdist.core.errors import ConfigError
+from xpdist.driver import engines
 from xpdist.driver.engines import ray as ray_engine
 from xpdist.driver.engines._ray_actors import token_here
 from xpdist.driver.launchers import process
 
 log = logging.getLogger(__name__)
 
-# The launcher class of hydra/launcher=ray (hydra_plugins/xpdist_ray/config.py).
-TARGET = "hydra_plugins.xpdist_ray.ray_launcher.RayLauncher"
 ADDRESS_KEY = "hydra.launcher.ray.init.address"
+# What the ray extra installs that this launcher imports.
+EXTRA_MODULES = ("hydra_plugins.hydra_ray_launcher", "ray")
 # Seconds between two looks for a Ctrl-C while the jobs run.
 POLL_S = 0.5
 # sweep.json's content, for a job whose node does not see the sweep directory (driver/sweep.py's join).
 SWEEP_ENV = "XPDIST_SWEEP"
+
+
+def launches(hydra_launcher) -> bool:
+    """Whether hydra.launcher is this launcher (told without importing its plugin)."""
+    return hydra_launcher.get("_target_") == ray_engine.SWEEP_LAUNCHER
 
 
 def preflight(config: DictConfig) -> None:
@@ -58,7 +64,7 @@ def preflight(config: DictConfig) -> None:
     Raises:
         ConfigError: naming the key at fault.
     """
-    missing = [name for name in ("ray", "hydra_plugins.hydra_ray_launcher") if importlib.util.find_spec(name) is None]
+    missing = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
     if missing:
         raise ConfigError("hydra/launcher", "ray", f"{' and '.join(missing)} not installed in this Python",
                           "Install the extra: pip install 'xpdist[ray]'.")
@@ -119,7 +125,7 @@ def job_options(remote: Dict[str, Any], job_cfg: DictConfig, env: Dict[str, str]
     """ray.remote's options for one job's task: hydra.launcher.ray.remote, the job's environment
     added to its runtime_env, and no CPU for a job whose tasks are Ray actors of their own."""
     options = copy.deepcopy(remote)
-    if job_cfg.cluster.name == "ray":
+    if issubclass(engines.of(job_cfg), ray_engine.Ray):
         options["num_cpus"] = 0
     runtime_env = options.setdefault("runtime_env", {}) or {}
     runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **env}

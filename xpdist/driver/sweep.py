@@ -138,7 +138,7 @@ def _plugins_preflight(config: DictConfig) -> None:
 
     target = config.hydra.sweeper.get("_target_")
     checks = [getattr(get_class(target), "preflight", None) if target else None]
-    if config.hydra.launcher.get("_target_") == ray_launcher.TARGET:  # without importing its plugin
+    if ray_launcher.launches(config.hydra.launcher):
         checks.append(ray_launcher.preflight)
     try:
         for check in filter(None, checks):

@@ -33,6 +33,16 @@ def die_with_driver() -> None:
         os._exit(1)
 
 
+def stoppable() -> None:
+    """Lets SIGINT and SIGTERM reach this task whatever its parent blocked or ignored. A Ray
+    worker (a sweep's job under hydra/launcher=ray) blocks SIGINT, and a child inherits the
+    mask through exec: the driver's SIGINT on Ctrl-C (the chief saves) went unseen until
+    SIGKILL came process.GRACE_S later."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def quiet_tensorflow() -> None:
     """TensorFlow's C++ log level for a run without `verbose`: read once, at its import."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -96,6 +106,7 @@ def standby() -> List[str]:
     had no use for it.
     """
     die_with_driver()
+    stoppable()
     quiet_tensorflow()
     import_tensorflow(verbose=False, keras=False)  # the Keras flavour comes with the job
     line = sys.stdin.buffer.readline()

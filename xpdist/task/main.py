@@ -47,6 +47,7 @@ def _raise_interrupt(_signum, _frame):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     boot.die_with_driver()
+    boot.stoppable()
     job = JobDir(Path(argv[0]).resolve())
     spec = JobSpec.read(job)
     cfg = OmegaConf.create(spec.config)

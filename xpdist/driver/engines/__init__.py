@@ -98,7 +98,7 @@ class Engine:
 
     def follow(self) -> Outcome:
         """Waits for the tasks to end (restarting them where the engine may); returns the outcome."""
-        code = self.proc.wait()
+        code = process.exit_code(self.proc)
         return outcome_from(self.job, code, chief=ClusterEnv.from_environ(self.cfg.cluster.name).is_chief)
 
     def stop(self, first: int = signal.SIGTERM) -> None:

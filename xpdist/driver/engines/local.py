@@ -32,7 +32,7 @@ class Local(Engine):
         self.proc = process.adopt(proc) if proc else process.start(process.task_command(self.job.root), env)
 
     def follow(self) -> Outcome:
-        code = self.proc.wait()
+        code = process.exit_code(self.proc)
         standby.refill()  # the next job's task imports TensorFlow while this job's run is closed
         return outcome_from(self.job, code)
 

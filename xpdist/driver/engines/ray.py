@@ -47,6 +47,8 @@ FORWARDED = re.compile(r"^(XPDIST_|TF_|KERAS_)")
 # Never sent: TF_CONFIG is each task's own; a task records nothing in MLflow (the driver does),
 # so the tracking URI, which may carry a password, stays here.
 KEPT_HERE = re.compile(r"^(TF_CONFIG$|MLFLOW_)")
+# The Hydra launcher of hydra/launcher=ray (hydra_plugins/xpdist_ray): each sweep job a Ray task.
+SWEEP_LAUNCHER = "hydra_plugins.xpdist_ray.ray_launcher.RayLauncher"
 # `ray start --head` records its address here (Ray's default temp dir), where address=auto looks.
 RAY_CURRENT_CLUSTER = Path("/tmp/ray/ray_current_cluster")
 
@@ -106,6 +108,13 @@ class Ray(Engine):
         chief = " a chief," if "chief" in needs.jobs else ""
         return (f"cluster=ray (address={cfg.cluster.address}):{chief} {cfg.cluster.workers} worker(s){ps}, each a "
                 f"Ray actor with {cfg.cluster.cpus_per_task:g} CPU(s), placed by {cfg.cluster.placement}")
+
+    @classmethod
+    def schedules(cls, hydra_launcher) -> bool:
+        """hydra/launcher=ray: Ray cancels a sweep's job (the sweep's Ctrl-C, or a user's
+        ray.cancel): the job closes its run KILLED and returns, and the sweep's driver closes
+        the rest."""
+        return hydra_launcher.get("_target_") == SWEEP_LAUNCHER
 
     # ---- the job -------------------------------------------------------------------------------
 

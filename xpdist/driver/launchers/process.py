@@ -136,11 +136,23 @@ def run_one(cmd: Sequence[str], env: Dict[str, str]) -> int:
     return wait(start(cmd, env))
 
 
+def exit_code(proc: subprocess.Popen) -> int:
+    """proc.wait(), in waits that return to Python every few milliseconds (Popen's own loop with
+    a timeout), so that a signal Python alone sees is handled while the task runs: Ray cancels a
+    running task (a sweep's job under hydra/launcher=ray) with _thread.interrupt_main, which no
+    blocking waitpid returns for."""
+    while True:
+        try:
+            return proc.wait(timeout=3600)
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def wait(proc: subprocess.Popen) -> int:
     """Waits for a started task; on Interrupted stops it (SIGINT first) and re-raises."""
     try:
         with signals_raise():
-            return proc.wait()
+            return exit_code(proc)
     except Interrupted:
         stop([proc], first=signal.SIGINT)
         raise
