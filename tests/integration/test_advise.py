@@ -102,6 +102,31 @@ def test_xpdist_report_reads_the_advisor_as_a_sweep(advised):
     assert (advised["workdir"] / "report" / "report.md").exists()
 
 
+def test_a_probe_traces_steps_of_its_first_epoch_and_the_table_shows_where_they_went(tmp_path):
+    """budget_s=1: the first candidate's probe alone. Its epochs have 10 steps, so steps 2 to 4
+    of the first (which steady examples/sec leaves out) are traced: the run holds the trace
+    and the split of those steps' time, and the advisor's table shows it."""
+    done = subprocess.run([sys.executable, "-m", "xpdist", "advise", "budget_s=1", "probe_timeout_s=240", "probe_epochs=2", *WORDS[:-1],
+                           "dataset.num_examples=640", "dataset.per_replica_batch_size=64"],
+                          cwd=tmp_path, env=xpdist_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("xpdist").experiment_id])
+    (probe,) = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert probe.data.params["trainer.profile_steps"] == "[2, 4]"
+    assert [a.path for a in client.list_artifacts(probe.info.run_id, "profile")], "the trace is an artifact"
+    parts = [probe.data.metrics[k] for k in ("input_wait_fraction", "communication_fraction", "compute_fraction")]
+    assert sum(parts) == pytest.approx(1.0, abs=1e-6)
+    (parent,) = [r for r in runs if r.data.tags.get("xpdist.advisor") == "true"]
+    path = client.download_artifacts(parent.info.run_id, "advice/advice.csv", str(tmp_path))
+    with open(path) as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert float(row["input_wait_fraction"]) == pytest.approx(parts[0])
+    assert "input wait" in done.stdout
+
+
 def test_sigterm_closes_the_parent_and_the_probe_killed_and_leaves_no_process(tmp_path):
     import psutil
 

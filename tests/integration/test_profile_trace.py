@@ -65,7 +65,7 @@ def traced(tmp_path, legacy: str) -> dict:
 
 @pytest.mark.parametrize("legacy", ["0", "1"])
 def test_an_input_bound_step_is_told_from_a_compute_bound_one(tmp_path, legacy):
-    from xpdist.task import profile
+    from xpdist.driver import advise_plan
 
     found = traced(tmp_path, legacy)
     slow, fast = found["slow"], found["fast"]
@@ -76,9 +76,9 @@ def test_an_input_bound_step_is_told_from_a_compute_bound_one(tmp_path, legacy):
             assert parts == pytest.approx(step["step_ms"], rel=1e-6)
     assert slow["parts"]["input_wait_fraction"] > 0.5
     assert fast["parts"]["input_wait_fraction"] < 0.3
-    assert profile.why_slow(slow["parts"]).endswith("waits on input: raise dataset.prefetch, cache the data or "
-                                                     "make its reading cheaper")
-    assert profile.why_slow(fast["parts"]) == ""
+    assert advise_plan.why_slow(slow["parts"]).endswith("waits on input: raise dataset.prefetch, cache the data or "
+                                                         "make its reading cheaper")
+    assert advise_plan.why_slow(fast["parts"]) == ""
 
 
 # ---- trainer.profile_steps in a real run --------------------------------------------------------

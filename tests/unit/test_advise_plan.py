@@ -100,6 +100,30 @@ def test_a_recommendation_from_probe_epochs_of_few_steps_says_so():
     assert "too few" not in enough["reason"]
 
 
+def test_probes_trace_steps_of_their_first_epoch_where_it_is_long_enough():
+    one = advise_plan.Candidate("one_device-b32", "one_device", ["strategy=one_device"], 1, 32)
+    two = advise_plan.Candidate("mirrored-b32", "mirrored", ["strategy=mirrored"], 2, 32)
+    ps = advise_plan.Candidate("parameter_server-b32", "parameter_server", ["strategy=parameter_server"], 2, 32)
+    assert advise_plan.profile_overrides(one, advise_plan.Settings(num_train=320)) == ["trainer.profile_steps=[2,4]"]
+    assert advise_plan.profile_overrides(two, advise_plan.Settings(num_train=320)) == []  # 5 steps: too short
+    assert advise_plan.profile_overrides(two, advise_plan.Settings(probe_steps=8)) == ["trainer.profile_steps=[2,4]"]
+    assert advise_plan.profile_overrides(one, advise_plan.Settings()) == []  # steps unknown
+    assert advise_plan.profile_overrides(ps, advise_plan.Settings(probe_steps=50)) == []  # a coordinator dispatches
+
+
+def test_a_step_that_waits_on_input_or_talks_is_named_in_the_recommendation():
+    assert advise_plan.why_slow({"input_wait_fraction": 0.62, "communication_fraction": 0.1}).startswith(
+        "62% of the step waits on input: raise dataset.prefetch")
+    assert advise_plan.why_slow({"input_wait_fraction": 0.1, "communication_fraction": 0.45}).startswith(
+        "45% of the step is communication")
+    assert advise_plan.why_slow({"input_wait_fraction": 0.1, "communication_fraction": 0.1}) == ""
+    assert advise_plan.why_slow({}) == ""  # not traced
+    rows = [{"label": "mirrored-b64", "status": "FINISHED", "examples_per_sec": 900.0, "replicas": 2,
+             "per_replica_batch": 64, "overrides": ["strategy=mirrored"], "input_wait_fraction": 0.7}]
+    answer = advise_plan.recommend(advise_plan.rank(rows), [])
+    assert "; even so, 70% of the step waits on input" in answer["reason"]
+
+
 def test_the_report_shows_an_out_of_memory_candidate_and_mfu_where_known(tmp_path):
     import csv
 

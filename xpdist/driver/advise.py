@@ -128,6 +128,7 @@ def _probe(candidate: Candidate, overrides: List[str], settings: Settings, uri: 
              "tracking.log_model=false", f"tracking.uri={uri}", f"tracking.run_name=advise-{candidate.label}"]
     if settings.probe_steps:
         words.append(f"trainer.steps_per_epoch={settings.probe_steps}")
+    words += advise_plan.profile_overrides(candidate, settings)
     with tempfile.TemporaryDirectory(prefix="xpdist-advise-") as tmp:
         result_file = Path(tmp) / "result.json"
         env = {**os.environ, RESULT_FILE_ENV: str(result_file)}
@@ -166,7 +167,9 @@ def _probe(candidate: Candidate, overrides: List[str], settings: Settings, uri: 
             "examples_per_sec": metrics.get("steady_examples_per_sec"), "first_step_s": metrics.get("first_step_s"),
             "peak_memory_mb": metrics.get("peak_gpu_memory_mb", metrics.get("peak_memory_mb")),
             "achieved_flops_per_sec": metrics.get("achieved_flops_per_sec"), "mfu": metrics.get("mfu"), "probe_s": wall,
-            "strategy": candidate.strategy, "interrupted": interrupted}
+            "input_wait_fraction": metrics.get("input_wait_fraction"),
+            "communication_fraction": metrics.get("communication_fraction"),
+            "why_slow": advise_plan.why_slow(metrics), "strategy": candidate.strategy, "interrupted": interrupted}
 
 
 def _report(ranked: List[Dict[str, Any]], answer: Optional[Dict[str, str]], uri: str, parent: str, out_dir: Path,

@@ -204,6 +204,37 @@ def rank(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return done + rest
 
 
+# The steps each probe traces with TensorFlow's profiler (trainer.profile_steps): in its first
+# epoch, which steady examples/sec leaves out, past its first steps (tracing, warm-up), so the
+# trace costs the ranking nothing. A probe whose first epoch is shorter is not traced.
+PROFILED = (2, 4)
+# The share of a step that input wait or communication must take to be named as the cause.
+SLOW_SHARE = 0.3
+
+
+def profile_overrides(candidate: Candidate, settings: Settings) -> List[str]:
+    """trainer.profile_steps for a probe whose first epoch reaches past PROFILED and whose
+    strategy trains in its tasks (a coordinator's process only dispatches steps); [] otherwise."""
+    steps = settings.probe_steps
+    if not steps and settings.num_train:
+        steps = settings.num_train // (candidate.per_replica_batch * candidate.replicas)
+    if not steps or steps <= PROFILED[1] + 1 or strategies.get(candidate.strategy).needs.coordinator:
+        return []
+    return [f"trainer.profile_steps=[{PROFILED[0]},{PROFILED[1]}]"]
+
+
+def why_slow(parts: Dict[str, Any]) -> str:
+    """Where a probe's traced steps' time went, when input wait or communication took much of it
+    (the run's input_wait_fraction and communication_fraction); "" otherwise."""
+    if (parts.get("input_wait_fraction") or 0) >= SLOW_SHARE:
+        return (f"{parts['input_wait_fraction']:.0%} of the step waits on input: raise dataset.prefetch, cache the "
+                "data or make its reading cheaper")
+    if (parts.get("communication_fraction") or 0) >= SLOW_SHARE:
+        return (f"{parts['communication_fraction']:.0%} of the step is communication: try another cross_ops or "
+                "communication, a larger per-replica batch, or fewer replicas")
+    return ""
+
+
 # Below this many steps in a probe epoch, per-epoch costs weigh on examples/sec more than the
 # strategy does (measured here: 2 steps an epoch made mirrored on 2 logical CPUs look 4x
 # faster than one device, 2 replicas sharing 2 cores).
@@ -228,6 +259,8 @@ def recommend(ranked: List[Dict[str, Any]], overrides: List[str], settings: Opti
                    "either will do")
     if best.get("first_step_s") is not None:
         reason += f"; first step after {best['first_step_s']:.1f} s"
+    if why_slow(best):
+        reason += f"; even so, {why_slow(best)}"
     steps = _steps(best, settings)
     if steps is not None and steps < MIN_STEPS:
         reason += (f". Caution: its probe epochs had {steps} steps, too few for a steady rate; give the probes "

@@ -12,13 +12,16 @@ COLUMNS = (
     ("per_replica_batch", "per-replica batch", "{}"), ("examples_per_sec", "steady examples/s", "{:,.0f}"),
     ("scaling_efficiency", "scaling eff.", "{:.0%}"), ("first_step_s", "first step s", "{:.1f}"),
     ("peak_memory_mb", "peak memory MB", "{:,.0f}"), ("achieved_flops_per_sec", "achieved GFLOP/s", "{:,.2f}"),
-    ("mfu", "mfu", "{:.1%}"), ("probe_s", "probe s", "{:.1f}"),
+    ("mfu", "mfu", "{:.1%}"), ("input_wait_fraction", "input wait", "{:.0%}"),
+    ("communication_fraction", "communication", "{:.0%}"), ("probe_s", "probe s", "{:.1f}"),
 )
 NOTES = ("steady examples/s: the median over the probe's epochs after the first (which traces). scaling eff.: "
          "examples/s per replica over the best one-replica probe's at the same per-replica batch. peak memory: "
          "the task's peak resident memory (a GPU's allocator peak on a GPU). achieved GFLOP/s: flops_per_example "
          "(TensorFlow's profiler) x steady examples/s. mfu: that over the devices' peak FLOP/s, where known "
-         "(empty on a CPU without devices.peak_flops). OOM: the probe ran out of memory; TIMEOUT: stopped after "
+         "(empty on a CPU without devices.peak_flops). input wait, communication: their shares of the steps "
+         "the probe traced in its first epoch (trainer.profile_steps; empty where its first epoch was too short "
+         "or a coordinator dispatches the steps). OOM: the probe ran out of memory; TIMEOUT: stopped after "
          "probe_timeout_s.")
 
 
@@ -40,6 +43,7 @@ def text(ranked: List[Dict[str, Any]], answer: Optional[Dict[str, Any]]) -> str:
              "  " + "  ".join(h.ljust(w) for h, w in zip(heads, widths))]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
     lines += [f"  {r['label']}: {r['error']}" for r in ranked if r["status"] != "FINISHED" and r.get("error")]
+    lines += [f"  {r['label']}: {r['why_slow']}" for r in ranked if r.get("why_slow")]
     lines += [_answer(answer)]
     return "\n".join(lines)
 
@@ -61,7 +65,7 @@ def write(ranked: List[Dict[str, Any]], answer: Optional[Dict[str, Any]], folder
     body += ["", NOTES, "", _answer(answer).replace("xpdist: advise: ", "").replace("\n  ", "\n\n    "), ""]
     md.write_text("\n".join(body))
     path_csv = folder / "advice.csv"
-    keys = [k for k, _, _ in COLUMNS if k != "rank"] + ["run_id", "error"]
+    keys = [k for k, _, _ in COLUMNS if k != "rank"] + ["run_id", "error", "why_slow"]
     with path_csv.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["rank", *keys, "overrides"])

@@ -147,17 +147,6 @@ def fractions(steps: Sequence[Dict[str, float]]) -> Dict[str, float]:
             "profiled_step_ms": ordered[len(ordered) // 2]}
 
 
-def why_slow(parts: Dict[str, float], threshold: float = 0.3) -> str:
-    """One sentence on where the step's time goes, when input or communication takes much of it."""
-    if parts.get("input_wait_fraction", 0) >= threshold:
-        return (f"{parts['input_wait_fraction']:.0%} of the step waits on input: raise dataset.prefetch, cache the "
-                "data or make its reading cheaper")
-    if parts.get("communication_fraction", 0) >= threshold:
-        return (f"{parts['communication_fraction']:.0%} of the step is communication: try another cross_ops or "
-                "communication, a larger per-replica batch, or fewer replicas")
-    return ""
-
-
 def _outermost(spans: List[Interval]) -> List[Interval]:
     """Spans not inside another (a step function's own nested events of the same name)."""
     out: List[Interval] = []

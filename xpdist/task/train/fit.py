@@ -96,8 +96,8 @@ def _callbacks(ctx: TrainContext):
     if manager is not None:
         callbacks.append(Checkpoints(manager))
     traced = profile.window(ctx)
-    if traced is not None:  # its batch hooks make Keras wait for every step's logs: profiled runs only
-        callbacks.append(profile.fit_callback(ctx.tf, keras, *traced))
+    if traced is not None:  # profiled runs only; its batch hooks read no logs (see logs_stay_tensors)
+        callbacks.append(logs_stay_tensors(profile.fit_callback(ctx.tf, keras, *traced)))
     if ctx.cluster.in_cluster:
         # Last, so an epoch is in MLflow before its backup: a restart then never leaves a
         # gap in the run's metrics (a redone epoch is not logged twice, see record_epoch).
