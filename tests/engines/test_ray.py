@@ -196,6 +196,22 @@ def test_sweep_bad_address_is_one_line_and_no_run(xpdist: Xpdist, address, line)
     assert xpdist.runs() == []
 
 
+def test_ray_launcher_missing_names_the_extra(monkeypatch):
+    """hydra/launcher=ray where the ray extra is not installed: one line before any run."""
+    from tests.helpers import compose
+    from xpdist.core.errors import ConfigError
+    from xpdist.driver import ray_launcher
+
+    cfg = compose(["hydra/launcher=ray"])
+    real = importlib.util.find_spec
+    monkeypatch.setattr(ray_launcher.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "hydra_plugins.hydra_ray_launcher" else real(name, *a))
+    with pytest.raises(ConfigError) as err:
+        ray_launcher.preflight(cfg)
+    assert str(err.value) == ("hydra/launcher=ray: hydra_plugins.hydra_ray_launcher not installed in this Python. "
+                              "Install the extra: pip install 'xpdist[ray]'.")
+
+
 # --- training on Ray ------------------------------------------------------------------------
 
 def assert_one_devices_weights(xpdist: Xpdist, job: Path, single: Path) -> None:
