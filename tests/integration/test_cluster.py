@@ -20,7 +20,7 @@ from typing import List, Set
 import psutil
 import pytest
 
-from tests.helpers import LOG_MODEL, TINY, Xpdist, xpdist_env
+from tests.helpers import TINY, Xpdist, xpdist_env
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir
 from xpdist.core.clusterenv import check_tf_config
@@ -70,7 +70,7 @@ def epochs_logged(xpdist: Xpdist, run, key: str = "loss") -> List[int]:
 
 
 def weights(model_file: Path) -> dict:
-    """The arrays of a .keras file's model.weights.h5, read without TensorFlow."""
+    """The arrays of a .keras file's model.weights.h5, read without TensorFlow (tests/engines use it)."""
     import io
 
     import h5py
@@ -151,45 +151,9 @@ def test_malformed_tf_config_from_the_cli_leaves_no_run(xpdist):
 
 
 # --- multi_worker_mirrored ---------------------------------------------------------------
-
-@SLOW
-@CLUSTER
-@pytest.mark.parametrize("trainer", ["ctl", "fit"])
-def test_multi_worker_mirrored_matches_one_device(xpdist, tmp_path, trainer):
-    """2 workers x 5 examples and one device x 10 examples train the same steps: same weights.
-
-    Model.fit under multi_worker_mirrored runs tf-keras (keras=auto), so its one-device
-    counterpart does too: the two flavours initialise weights differently for one seed.
-    The 2-worker run is also checked as a user sees it: its params, epochs and task logs.
-    """
-    common = [f"trainer={trainer}", "model=mlp", "model.hidden_units=[8]", "dataset.num_features=4",
-              "dataset.noise=0.5", "seed=7", LOG_MODEL]
-    mwms = tmp_path / "mwms"
-    done = xpdist.run(*MWMS, *common, "communication=ring", "dataset.per_replica_batch_size=5",
-                      f"hydra.run.dir={mwms}", timeout=400)
-    assert done.returncode == 0, done.stdout + done.stderr
-    run = only_run(xpdist)
-    assert run.info.status == "FINISHED"
-    params = run.data.params
-    assert (params["cluster"], params["cluster.workers"], params["cluster.ps"]) == ("localhost", "2", "0")
-    keras = "legacy" if trainer == "fit" else "keras3"
-    assert (params["keras"], params["num_replicas"], params["communication"]) == (keras, "2", "ring")
-    assert epochs_logged(xpdist, run) == [1, 2]
-    assert {p.name for p in (mwms / "logs").iterdir()} >= {"worker-0.log", "worker-1.log"}
-    single = tmp_path / "single"
-    flavour = ["keras=legacy"] if trainer == "fit" else []
-    done = xpdist.run("strategy=one_device", *common, *flavour, "dataset.per_replica_batch_size=10",
-                      f"hydra.run.dir={single}", timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    runs = xpdist.runs()
-    assert len(runs) == 2 and {r.data.params["global_batch_size"] for r in runs} == {"10"}
-    assert len({r.data.params["keras"] for r in runs}) == 1
-    assert_nothing_left(mwms)
-    a, b = weights(mwms / "model.keras"), weights(single / "model.keras")
-    assert a.keys() == b.keys() and a
-    for name in a:
-        assert abs(a[name] - b[name]).max() < 1e-5, name
-
+# Two localhost workers ending with one_device's weights under ctl and fit (tf-keras), their
+# params, epochs and task logs, and nothing left after them: test_training.py's 2-worker runs
+# (equivalence-mwms-ctl and -fit, communication=ring) check all of it on runs made once.
 
 @SLOW
 @CLUSTER

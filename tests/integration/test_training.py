@@ -11,6 +11,8 @@
   one_device's weights, mirrored under both trainers and multi_worker_mirrored on 2 localhost
   workers under ctl: the clip acts on the summed gradient (xpdist/task/clipping.py), not on
   each replica's share. The parameter-server loop trains that configuration to a finite loss.
+  The two 2-worker runs are also checked as a user sees them: params, epochs, every task's log,
+  nothing left behind.
 - early stopping ends a run FINISHED with the tag xpdist.stopped_early_at_epoch.
 Eleven runs, two at a time, three of them 2-worker clusters and one a 3-process cluster: about two and a half minutes on 2 cores.
 """
@@ -34,6 +36,9 @@ ISSUE = ["loss=binary_crossentropy", "loss.from_logits=true", "trainer.metrics=[
          "schedule=cosine", "schedule.warmup_epochs=1", "callbacks=[early_stopping]"]
 MIRRORED = ["strategy=mirrored", "devices.logical_cpus=2"]
 MWMS = ["strategy=multi_worker_mirrored", "cluster=localhost", "cluster.workers=2"]
+# The equivalence runs on 2 workers also serve the checks of a 2-worker run as a user sees it
+# (formerly test_cluster.py's own MWMS/one_device pair of runs per trainer): ring all-reduce.
+RING = ["communication=ring"]
 PS = ["strategy=parameter_server", "cluster=localhost", "cluster.workers=2", "cluster.ps=1"]
 # fit vs ctl: regression with noise (batch order matters), L2 on the linear model, and every
 # optimizer piece that acts on the update. SGD, not Adam: Adam's step does not change when all
@@ -60,13 +65,16 @@ def runs(tmp_path_factory):
         "equivalence-ctl": [*EQUIVALENCE, "trainer=ctl"],
         "equivalence-mirrored-fit": [*EQUIVALENCE, *MIRRORED, "dataset.per_replica_batch_size=4"],
         "equivalence-mirrored-ctl": [*EQUIVALENCE, *MIRRORED, "dataset.per_replica_batch_size=4", "trainer=ctl"],
-        "equivalence-mwms-ctl": [*EQUIVALENCE, *MWMS, "dataset.per_replica_batch_size=4", "trainer=ctl"],
-        "equivalence-mwms-fit": [*EQUIVALENCE, *MWMS, "dataset.per_replica_batch_size=4"],  # tf-keras (keras=auto)
+        "equivalence-mwms-ctl": [*EQUIVALENCE, *MWMS, *RING, "dataset.per_replica_batch_size=4", "trainer=ctl",
+                                 f"hydra.run.dir={root}/equivalence-mwms-ctl/job"],
+        "equivalence-mwms-fit": [*EQUIVALENCE, *MWMS, *RING, "dataset.per_replica_batch_size=4",  # tf-keras (keras=auto)
+                                 f"hydra.run.dir={root}/equivalence-mwms-fit/job"],
         "equivalence-ps-ctl": [*EQUIVALENCE, *PS, "trainer=ctl"],
         "early-stop-fit": STOPS,
     }
     done = run_many(root, store_template(root / "template"), commands)
-    done["issue-mwms-ctl"].job_dir = root / "issue-mwms-ctl" / "job"
+    for name in ("issue-mwms-ctl", "equivalence-mwms-ctl", "equivalence-mwms-fit"):
+        done[name].job_dir = root / name / "job"
     return done
 
 
@@ -125,9 +133,26 @@ def test_two_replicas_clip_the_summed_gradient_and_end_with_one_devices_weights(
     done, reference = runs[name], runs["equivalence-fit"]
     assert done.run.info.status == "FINISHED", describe(done)
     assert (done.run.data.params["num_replicas"], done.run.data.params["global_batch_size"]) == ("2", "8")
+    assert reference.run.data.params["global_batch_size"] == "8"  # the same global batch on one device
     assert [v for _, v in done.history("loss")] == pytest.approx([v for _, v in reference.history("loss")], rel=1e-5)
     for got, want in zip(done.weights(), reference.weights()):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("name, keras", [("equivalence-mwms-ctl", "keras3"), ("equivalence-mwms-fit", "legacy")])
+def test_two_localhost_workers_make_one_run_with_a_log_per_task_and_leave_nothing(runs, name, keras):
+    """A 2-worker run as a user sees it: its params, an epoch logged once each, every task's log,
+    and no task process or cluster port left. Model.fit under multi_worker_mirrored runs tf-keras
+    (keras=auto); the custom loop, Keras 3."""
+    done = runs[name]
+    assert done.proc.returncode == 0 and done.run.info.status == "FINISHED", describe(done)
+    params = done.run.data.params
+    assert (params["cluster"], params["cluster.workers"], params["cluster.ps"]) == ("localhost", "2", "0")
+    assert (params["keras"], params["num_replicas"], params["communication"]) == (keras, "2", "ring")
+    assert [step for step, _ in done.history("loss")] == [1, 2, 3]
+    assert {p.name for p in (done.job_dir / "logs").iterdir()} >= {"worker-0.log", "worker-1.log"}
+    assert_nothing_left(done.job_dir)
 
 
 @pytest.mark.cluster
