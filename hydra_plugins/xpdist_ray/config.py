@@ -27,9 +27,10 @@ class RayConf:
                                                           "include_dashboard": False})
     # ray.remote's options for each job's Ray task: the resources it asks for (a job that is a
     # cluster=ray training asks for none: its actors reserve their own), how Ray places it
-    # (scheduling_strategy: SPREAD puts jobs on different nodes), and max_calls=1: each job
-    # in a worker process of its own.
-    remote: Dict[str, Any] = field(default_factory=lambda: {"num_cpus": 1, "max_calls": 1,
+    # (scheduling_strategy: SPREAD puts jobs on different nodes), max_calls=1: each job in a
+    # worker process of its own, and max_retries: how often Ray runs a job again whose worker
+    # or node was lost (0: the job is FAILED; each new attempt is a run of its own).
+    remote: Dict[str, Any] = field(default_factory=lambda: {"num_cpus": 1, "max_calls": 1, "max_retries": 0,
                                                             "scheduling_strategy": "DEFAULT"})
 
 

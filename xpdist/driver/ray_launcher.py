@@ -30,13 +30,14 @@ import importlib.util
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from xpdist.core.errors import ConfigError
-from xpdist.driver import engines
+from xpdist.driver import engines, job
 from xpdist.driver.engines import ray as ray_engine
 from xpdist.driver.engines._ray_actors import token_here
 from xpdist.driver.launchers import process
@@ -118,7 +119,22 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         if received:
             _cancel(refs)
             raise process.Interrupted(received[0])
-    return ray.get(refs)
+    return [_returned(ref, overrides) for ref, overrides in zip(refs, job_overrides)]
+
+
+def _returned(ref, overrides: Sequence[str]):
+    """A job's JobReturn; a job whose Ray task died (its worker or node lost) is a FAILED job in
+    one line, and the sweep goes on to its table (its run, left open, is closed FAILED there)."""
+    import ray
+    from hydra.core.utils import JobReturn, JobStatus
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayError as err:
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        result = job.JobResult("FAILED", list(overrides), error=f"its Ray task was lost: {message}")
+        print(f"xpdist: job {' '.join(overrides)}: {result.error}", file=sys.stderr, flush=True)
+        return JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=result)
 
 
 def job_options(remote: Dict[str, Any], job_cfg: DictConfig, env: Dict[str, str]) -> Dict[str, Any]:
