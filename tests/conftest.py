@@ -43,8 +43,10 @@ def xpdist_with_store(request, tmp_path: Path) -> Xpdist:
 # tests that share them run in one xdist worker, which starts each service once.
 SHARED_SERVICES = {"pg_uri", "tracking", "hosts", "cluster_factory"}
 # Files that compose the same configs (every option of every group): one group, so that each
-# composition is made once (tests.helpers.compose caches them per process).
-SAME_GROUP = {"tests/unit/test_config_docs.py": "tests/unit/test_config.py"}
+# composition is made once (tests.helpers.compose caches them per process). The optimizer and
+# precision matrices train their cells in shared task processes (tests/integration/conftest.py).
+SAME_GROUP = {"tests/unit/test_config_docs.py": "tests/unit/test_config.py",
+              "tests/integration/test_precision_matrix.py": "tests/integration/test_optimizer_matrix.py"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks (--dist loadgroup)

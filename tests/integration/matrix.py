@@ -13,6 +13,7 @@ train), one strategy object per kind. MLflow is not involved: the CLI tests cove
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,34 @@ CHEAP = ["dataset=synthetic_regression", "dataset.num_examples=40", "dataset.per
          "seed=3"]
 
 Cell = Tuple[str, List[str]]  # (name, overrides on top of CHEAP)
+
+
+def process_key(overrides: Sequence[str]) -> tuple:
+    """(Keras flavour as keras=auto picks it, logical CPUs): what one task process fixes, read
+    from a cell's strategy=, trainer= and devices.logical_cpus= overrides (no composition)."""
+    from omegaconf import OmegaConf
+
+    from xpdist.core.plan import keras_flavour
+
+    given = dict(o.split("=", 1) for o in overrides)
+    flavour = keras_flavour(OmegaConf.create({"keras": given.get("keras", "auto"),
+                                              "trainer": {"name": given.get("trainer", "fit")},
+                                              "strategy": {"name": given.get("strategy", "default")}}))
+    return flavour, int(given.get("devices.logical_cpus", 1))
+
+
+def run_grouped(root: Path, cells: Dict[str, List[str]], timeout: int = 400, most: int = 8) -> Dict[str, dict]:
+    """Trains {name: overrides} in processes of one process_key each (see run), at most `most`
+    cells to a process: a key with more is dealt round-robin over as few processes as that
+    allows, so that no one process holds up the others while the two run side by side."""
+    by_key: Dict[tuple, List[Cell]] = {}
+    for name, overrides in cells.items():
+        by_key.setdefault(process_key(overrides), []).append((name, overrides))
+    processes = []
+    for group in by_key.values():
+        count = -(-len(group) // most)
+        processes += [group[i::count] for i in range(count)]
+    return run(root, processes, timeout=timeout)
 
 
 def run(root: Path, processes: Iterable[Sequence[Cell]], timeout: int = 400) -> Dict[str, dict]:
@@ -112,3 +141,7 @@ def _task(root: Path, cells: List[Cell]) -> None:
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
     _task(Path(sys.argv[1]), [(name, overrides) for name, overrides in json.loads(sys.argv[2])])
+    # As the task ends (xpdist/task/main.py): the kept iterators (keep_iterators) are never
+    # destroyed, since destroying one waits on tf.data's autotuner thread, asleep up to 60 s.
+    sys.stdout.flush()
+    os._exit(0)

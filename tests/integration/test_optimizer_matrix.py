@@ -6,7 +6,7 @@ MirroredStrategy ("You must feed a value for placeholder tensor 'cond/else/_1/co
 Placeholder_1'"): see xpdist.task.train.common.build_optimizer.
 
 The 20 cells run in four task processes (tests/integration/matrix.py), one per Keras flavour
-and logical CPU count.
+and logical CPU count, beside the precision matrix's cells (tests/integration/conftest.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Dict, List
 
 import pytest
 
-from tests.integration import matrix as cheap_runs
 
 pytestmark = pytest.mark.slow
 
@@ -37,25 +36,14 @@ def _name(cell: tuple) -> str:
     return "-".join(cell)
 
 
-def _process_key(strategy: str, trainer: str) -> tuple:
-    """(Keras flavour as keras=auto picks it, logical CPUs): what one task process fixes."""
-    from omegaconf import OmegaConf
-
-    from xpdist.core.plan import keras_flavour
-
-    flavour = keras_flavour(OmegaConf.create({"keras": "auto", "trainer": {"name": trainer},
-                                              "strategy": {"name": strategy}}))
-    return flavour, 2 if "devices.logical_cpus=2" in STRATEGIES[strategy] else 1
+def matrix_cells() -> Dict[str, List[str]]:
+    """{cell name: overrides}, for the session's matrices fixture (tests/integration/conftest.py)."""
+    return {_name(cell): overrides for cell, overrides in CELLS.items()}
 
 
-# Over 60 s under load (91 s in a full run): 20 cells in four task processes, the price of
-# one TensorFlow import per Keras flavour and device count instead of one per cell.
 @pytest.fixture(scope="module")
-def matrix(tmp_path_factory) -> Dict[str, dict]:
-    processes: Dict[tuple, List[tuple]] = {}
-    for cell in CELLS:
-        processes.setdefault(_process_key(cell[0], cell[1]), []).append((_name(cell), CELLS[cell]))
-    return cheap_runs.run(tmp_path_factory.mktemp("optimizer-matrix"), processes.values(), timeout=300)
+def matrix(matrices) -> Dict[str, dict]:
+    return matrices["test_optimizer_matrix"]
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=_name)

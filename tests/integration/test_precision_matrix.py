@@ -4,7 +4,8 @@ jit_compile=true under mirrored with 2 replicas failed under fit and ctl (keras-
 preflight refuses it, and test_preflight checks the refusal.
 
 Cells run several to a task process (tests/integration/matrix.py): mirrored on 2 logical
-CPUs and multi_worker_mirrored on one worker, under fit and ctl. A real multi-worker cluster with mixed precision is in test_models.py.
+CPUs and multi_worker_mirrored on one worker, under fit and ctl, in the processes of the
+optimizer matrix's cells of the same Keras flavour and CPU count (tests/integration/conftest.py). A real multi-worker cluster with mixed precision is in test_models.py.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Dict, List
 
 import pytest
 
-from tests.integration import matrix as cheap_runs
 
 pytestmark = pytest.mark.slow
 
@@ -37,13 +37,14 @@ def _name(cell: tuple) -> str:
     return "-".join(cell)
 
 
+def matrix_cells() -> Dict[str, List[str]]:
+    """{cell name: overrides}, for the session's matrices fixture (tests/integration/conftest.py)."""
+    return {_name(cell): overrides for cell, overrides in CELLS.items()}
+
+
 @pytest.fixture(scope="module")
-def matrix(tmp_path_factory) -> Dict[str, dict]:
-    # One process per strategy and trainer: the logical CPUs and the Keras flavour are fixed per process.
-    groups: Dict[tuple, List[tuple]] = {}
-    for cell in CELLS:
-        groups.setdefault(cell[:2], []).append((_name(cell), CELLS[cell]))
-    return cheap_runs.run(tmp_path_factory.mktemp("precision-matrix"), groups.values())
+def matrix(matrices) -> Dict[str, dict]:
+    return matrices["test_precision_matrix"]
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=_name)
