@@ -506,6 +506,7 @@ def test_two_nodes_sweep_across_strategies(xpdist: Xpdist, two_nodes, tracking, 
     done = subprocess.run(two_nodes.head.exec_argv(argv), cwd=xpdist.workdir, env=two_nodes.env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "will be rejected" not in done.stderr, "the cluster=ray job's address=auto is the sweep's cluster"
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking.uri)

@@ -166,6 +166,9 @@ def _connect(init: Dict[str, Any]) -> None:
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConfigError(ADDRESS_KEY, address, f"Ray could not be reached ({message})",
                           "Check `ray status` on that machine.") from None
+    # The cluster the jobs run on, for the checks of each job before the sweep (a cluster=ray
+    # job's cluster.address=auto means it, as in its Ray task), as in every job's environment.
+    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
 
 
 def _cancel(refs: List[Any]) -> None:
