@@ -5,8 +5,8 @@ created them inside the custom loop's first traced step, which failed under
 MirroredStrategy ("You must feed a value for placeholder tensor 'cond/else/_1/cond/
 Placeholder_1'"): see xpdist.task.train.common.build_optimizer.
 
-The 20 cells run in four task processes (tests/integration/matrix.py), one per Keras flavour
-and logical CPU count, beside the precision matrix's cells (tests/integration/conftest.py).
+The 20 cells run several to a task process of one Keras flavour and logical CPU count
+(tests/integration/matrix.py), beside the precision matrix's cells (tests/integration/conftest.py).
 """
 
 from __future__ import annotations
