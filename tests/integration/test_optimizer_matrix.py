@@ -41,6 +41,8 @@ def matrix_cells() -> Dict[str, List[str]]:
     return {_name(cell): overrides for cell, overrides in CELLS.items()}
 
 
+# The first test of the two matrices to run takes over 60 s: its setup trains both matrices'
+# cells (the matrices fixture, tests/integration/conftest.py).
 @pytest.fixture(scope="module")
 def matrix(matrices) -> Dict[str, dict]:
     return matrices["test_optimizer_matrix"]
