@@ -33,8 +33,9 @@ from xpdist.driver.engines._ray_actors import job_key
 from tests.helpers import LOG_MODEL, TINY, Xpdist, xpdist_env
 from tests.integration.test_cluster import epochs_logged, finish, only_run, start, weights
 
-# The model of tests/integration/test_cluster.py's equivalence test: 2 workers x 5 examples
-# and one device x 10 examples train the same steps.
+# 2 workers x 5 examples and one device x 10 examples train the same steps (the same model
+# and seed: their final weights agree within 1e-5, as test_training's equivalence runs check
+# on cluster=localhost).
 SAME_STEPS = ["trainer=ctl", "model=mlp", "model.hidden_units=[8]", "dataset.num_features=4", "dataset.noise=0.5",
               "seed=7", LOG_MODEL]
 HAVE_RAY = importlib.util.find_spec("ray") is not None
