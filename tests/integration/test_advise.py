@@ -168,7 +168,8 @@ def test_probes_over_their_timeout_are_stopped_recorded_and_the_search_goes_on(t
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "no candidate finished its probe: no recommendation" in done.stdout
     statuses = re.findall(r"^xpdist: advise: \S+: (\w+)$", done.stdout, re.M)
-    assert len(statuses) >= 2 and set(statuses) == {"TIMEOUT"}  # the first timeout did not end the search
+    # The first timeout did not end the search; the candidates preflight refuses (REJECTED) need no probe.
+    assert statuses.count("TIMEOUT") >= 2 and set(statuses) <= {"TIMEOUT", "REJECTED"}, statuses
     assert "budget spent" in done.stdout
     from mlflow.tracking import MlflowClient
 
