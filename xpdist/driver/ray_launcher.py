@@ -39,7 +39,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from xpdist.core.errors import ConfigError
 from xpdist.driver import engines, job
 from xpdist.driver.engines import ray as ray_engine
-from xpdist.driver.engines._ray_actors import token_here
+from xpdist.driver.engines._ray_actors import one_line, send_token_to
 from xpdist.driver.launchers import process
 
 log = logging.getLogger(__name__)
@@ -131,8 +131,7 @@ def _returned(ref, overrides: Sequence[str]):
     try:
         return ray.get(ref)
     except ray.exceptions.RayError as err:
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        result = job.JobResult("FAILED", list(overrides), error=f"its Ray task was lost: {message}")
+        result = job.JobResult("FAILED", list(overrides), error=f"its Ray task was lost: {one_line(err)}")
         print(f"xpdist: job {' '.join(overrides)}: {result.error}", file=sys.stderr, flush=True)
         return JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=result)
 
@@ -152,10 +151,7 @@ def job_options(remote: Dict[str, Any], job_cfg: DictConfig, env: Dict[str, str]
 def _connect(init: Dict[str, Any]) -> None:
     """This process joins the cluster of init's address (or starts a private one), once a sweep."""
     address = init.get("address", "auto")
-    if address not in ("auto", "local") and token_here():
-        # As for cluster=ray (_ray_actors.connect): an explicit address sends no token unless
-        # told, and Ray reads RAY_AUTH_MODE when it is first imported: set before.
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
+    send_token_to(address)
     import ray
 
     if ray.is_initialized():  # Optuna launches a batch at a time: the cluster joined for the first
@@ -163,8 +159,7 @@ def _connect(init: Dict[str, Any]) -> None:
     try:
         ray.init(**init)
     except (ConnectionError, RuntimeError, ValueError) as err:
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConfigError(ADDRESS_KEY, address, f"Ray could not be reached ({message})",
+        raise ConfigError(ADDRESS_KEY, address, f"Ray could not be reached ({one_line(err)})",
                           "Check `ray status` on that machine.") from None
     # The cluster the jobs run on, for the checks of each job before the sweep (a cluster=ray
     # job's cluster.address=auto means it, as in its Ray task), as in every job's environment.

@@ -50,11 +50,7 @@ def connect(c, tasks: int) -> bool:
     Raises:
         Unplaced: Ray could not be reached.
     """
-    if c.address not in ("auto", "local") and "RAY_AUTH_MODE" not in os.environ and token_here():
-        # Ray 2.60 turns tokens on for clusters started on this machine (`ray start --head`)
-        # but reads an explicit address as a remote cluster without them: the client then
-        # sends no token and the head refuses it. A token found here says the user has one.
-        os.environ["RAY_AUTH_MODE"] = "token"  # read when Ray is first imported: set before
+    send_token_to(c.address)
     import ray
 
     if ray.is_initialized():  # this process is a Ray task already (a sweep's job): its cluster
@@ -98,6 +94,15 @@ def reserve(c, tasks: int):
 def job_key(job: JobDir) -> str:
     """A short key of the job directory (a hash of its path): names the job's directories on nodes."""
     return hashlib.sha1(str(job.root.resolve()).encode()).hexdigest()[:10]
+
+
+def send_token_to(address: str) -> None:
+    """Before Ray is first imported (it reads RAY_AUTH_MODE then): Ray 2.60 turns tokens on for
+    clusters started on this machine (`ray start --head`) but reads an explicit address as a
+    remote cluster without them, so the client would send no token and the head refuse it. A
+    token found here says the user has one."""
+    if address not in ("auto", "local") and "RAY_AUTH_MODE" not in os.environ and token_here():
+        os.environ["RAY_AUTH_MODE"] = "token"
 
 
 def token_here() -> bool:

@@ -18,7 +18,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tarfile
 import tempfile
 from pathlib import Path
@@ -31,16 +30,6 @@ from xpdist.driver import spawn
 OUTPUTS = ("result", "resolved", "task_error", "model", "mlflow_model", "checkpoints")
 # What a restarted task resumes from: the chief's recovery state.
 RECOVERY = ("checkpoints", "backup")
-# How a task starts here. A Ray worker ignores SIGINT, and its children inherit that through
-# exec; and a multi_worker_mirrored task trains on after SIGTERM (seen here, on cluster=localhost
-# too, though the task's SIGTERM handler is installed; TensorFlow's multi-worker preemption
-# handling, which watches SIGTERM, is the likely cause, not traced). So neither would stop the
-# task but SIGKILL, with nothing saved. This line gives SIGINT its default back before exec, so that Python turns it
-# into the task's KeyboardInterrupt, as on a terminal.
-EXEC_WITH_SIGINT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                    "os.execv(sys.argv[1], sys.argv[1:])")
-
-
 def pack(job: JobDir, names: Iterable[str]) -> bytes:
     """The named parts of a job directory (JobDir attributes) that exist, as a tar archive."""
     buffer = io.BytesIO()
@@ -105,15 +94,13 @@ class Node:
         self.metrics_offset = self.job.metrics.stat().st_size if self.job.metrics.exists() else 0
         env = {**os.environ, **env, "TF_CONFIG": tf_config}
         env.pop("RAY_ADDRESS", None)
-        # The thread Ray runs this method in blocks SIGTERM and SIGINT, and a child inherits
-        # its mask through exec: the task could not be stopped but by SIGKILL. Unblocked for the spawn.
-        blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
-            with open(self.job.log_of(self.name), "ab") as log:  # the child holds its own copy
-                command = [sys.executable, "-c", EXEC_WITH_SIGINT, *spawn.task_command(str(self.job.root))]
-                self.proc = spawn.spawn(command, env, log)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        # A Ray worker ignores SIGINT and blocks SIGINT and SIGTERM, and a child inherits both
+        # through exec; the task takes them back at its start (xpdist.task.boot.stoppable), so the
+        # SIGINT that lets it save and stop reaches it, as on a terminal. SIGTERM alone would not
+        # do: a multi_worker_mirrored task trains on after it (TensorFlow's preemption handling
+        # watches SIGTERM, the likely cause, not traced).
+        with open(self.job.log_of(self.name), "ab") as log:  # the child holds its own copy
+            self.proc = spawn.spawn(spawn.task_command(str(self.job.root)), env, log)
         return self.proc.pid
 
     @staticmethod
@@ -147,7 +134,7 @@ class Node:
         return pack(self.job, RECOVERY if recovery else OUTPUTS)
 
     def signal(self, signum: int) -> None:
-        """Signals the task's process group (its SIGINT lets it save and stop, see EXEC_WITH_SIGINT)."""
+        """Signals the task's process group (its SIGINT lets it save and stop, see start)."""
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signum)
