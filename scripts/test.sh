@@ -6,7 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The ray extra: the cluster=ray tests start real Ray processes (they skip where Ray cannot start).
-python -m pip install --quiet --disable-pip-version-check -e ".[test,ray]"
+# pip runs unless this checkout's install is already in place here (scripts/installed.py: about
+# 0.3 s, where pip takes 7 s to find nothing to do).
+if ! python scripts/installed.py test,ray; then
+  python -m pip install --quiet --disable-pip-version-check -e ".[test,ray]"
+  python scripts/installed.py --record test,ray
+fi
 
 # Debian packages the browser and engine tests need: chromium (MLflow UI test), slurm-wlm and
 # munge (a real single-node SLURM), postgresql (the MLflow server's database), iproute2
