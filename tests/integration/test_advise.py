@@ -9,11 +9,15 @@ cores): 4 real probes, each a process that imports TensorFlow, and 5 refused one
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -196,3 +200,87 @@ def _processes_in(folder) -> list:
         if proc.info["cwd"] == str(folder) and "xpdist" in " ".join(proc.info["cmdline"] or []):
             found.append(proc)
     return found
+
+
+@contextlib.contextmanager
+def memory_cgroup(limit_bytes: int):
+    """A memory cgroup under this process's own, capped at limit_bytes with no swap (v1, or v2
+    where its parent delegates the memory controller). Yields a preexec_fn that moves a child
+    (and so everything it starts) into it; the kernel's OOM killer then SIGKILLs the largest
+    process of the group that goes over, as it does to a container at its memory limit. Skips
+    where no such group can be made (not root, no memory controller). Removing it at the end
+    fails while any process is left in it."""
+    own = dict(line.split(":", 2)[1:] for line in Path("/proc/self/cgroup").read_text().splitlines())
+    v1 = next((path for ctrl, path in own.items() if "memory" in ctrl.split(",")), None)
+    base = Path("/sys/fs/cgroup/memory" + v1) if v1 else Path("/sys/fs/cgroup" + own.get("", "/x").strip())
+    files = (("memory.limit_in_bytes", "memory.memsw.limit_in_bytes") if v1 else ("memory.max", "memory.swap.max"))
+    group = base / f"xpdist-test-{os.getpid()}"
+    try:
+        group.mkdir()
+    except OSError as err:
+        pytest.skip(f"no memory cgroup can be made under {base}: {err}")
+    try:
+        if not (group / files[0]).exists():
+            pytest.skip(f"{base} has no memory controller")
+        (group / files[0]).write_text(str(limit_bytes))
+        if (group / files[1]).exists():
+            (group / files[1]).write_text(str(limit_bytes if v1 else 0))
+
+        def join():
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+
+        yield join
+    finally:
+        deadline = time.monotonic() + 30
+        while (group / "cgroup.procs").read_text().split() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = (group / "cgroup.procs").read_text().split()
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        while (group / "cgroup.procs").read_text().split():
+            time.sleep(0.1)
+        group.rmdir()
+        assert not left, f"processes left in the memory cgroup: {left}"
+
+
+# 96x96 images, 16 filters, per-replica batch 512: measured on 2 cores, one replica's task peaks
+# near 1.9 GB resident, two replicas' (or one of 1,024) near 4.3 GB. Under 3.6 GB for the advisor
+# and everything it starts, two replicas of 512 are OOM-killed, one replica of 512 or 256 is not.
+OOM_WORDS = ["model=cnn", "model.filters=[16]", "dataset=synthetic_images", "dataset.image_shape=[96,96,3]",
+             "dataset.num_examples=1024", "dataset.per_replica_batch_size=512"]
+
+
+def test_a_probe_that_runs_out_of_memory_is_recorded_oom_and_the_search_goes_on(tmp_path):
+    """A real out-of-memory: the advisor runs in a memory cgroup, and the probes with two replicas
+    of 512 (and one of 1,024) go over it. Each is recorded OOM with the task's end, its run is
+    closed FAILED, and the next candidates are probed; one of those is recommended. Over 60 s
+    (9 probes, 70 s measured on 2 cores): each probe is a process that imports TensorFlow."""
+    with memory_cgroup(3600 * 2**20) as join:
+        done = subprocess.run([sys.executable, "-m", "xpdist", "advise", "budget_s=600", "probe_epochs=2",
+                               "probe_steps=2", "logical_cpus=[2]", *OOM_WORDS], cwd=tmp_path, env=xpdist_env(),
+                              capture_output=True, text=True, timeout=600, preexec_fn=join)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = {r.info.run_id: r for r in client.search_runs([client.get_experiment_by_name("xpdist").experiment_id])}
+    (parent,) = [r for r in runs.values() if r.data.tags.get("xpdist.advisor") == "true"]
+    path = client.download_artifacts(parent.info.run_id, "advice/advice.csv", str(tmp_path))
+    with open(path) as handle:
+        rows = {r["label"]: r for r in csv.DictReader(handle)}
+    oom = [label for label, r in rows.items() if r["status"] == "OOM"]
+    assert {"mirrored-hierarchical-2cpu-b512", "mirrored-reduction_to_one_device-2cpu-b512"} <= set(oom), rows
+    assert all("SIGKILL" in rows[label]["error"] for label in oom)
+    # their runs were made and closed, FAILED, under the parent: none is left RUNNING
+    assert {r.info.status for r in runs.values()} <= {"FINISHED", "FAILED"}
+    assert all(runs[rows[label]["run_id"]].info.status == "FAILED" for label in oom if rows[label]["run_id"])
+    # the search went on past the OOMs: probes after the first finished, in the second round too
+    # (the two fastest of the first at 256 and 1,024)
+    order = re.findall(r"^xpdist: advise: (\S+): (\w+)", done.stdout, re.M)
+    first_oom = [status for _, status in order].index("OOM")
+    assert "FINISHED" in [status for _, status in order[first_oom + 1:]], order
+    assert any(r["status"] == "FINISHED" and r["per_replica_batch"] == "256" for r in rows.values()), rows
+    assert parent.info.status == "FINISHED"
+    (best,) = re.findall(r"^xpdist: advise: recommended (\S+):", done.stdout, re.M)
+    assert rows[best]["status"] == "FINISHED"
