@@ -195,3 +195,87 @@ def test_ctrl_c_kills_the_running_job_and_the_sweep(xpdist):
         time.sleep(0.1)
     left = [p for p in seen if _alive(p)]
     assert not left, [p.cmdline() for p in left]
+
+
+def _training(xpdist, count: int) -> list:
+    """The sweep's child runs once `count` of them have logged an epoch, else []."""
+    runs = xpdist.runs() if list(xpdist.workdir.glob("multirun/*/*/sweep.json")) else []
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    return children if sum(c.data.metrics.get("loss") is not None for c in children) >= count else []
+
+
+def _start_parallel(xpdist, *overrides):
+    cmd = [sys.executable, "-m", "xpdist", "-m", "trainer.progress=false", "trainer.keep_checkpoints=0",
+           "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2", *overrides]
+    return subprocess.Popen(cmd, cwd=xpdist.workdir, env=xpdist_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_training(xpdist, cli, count: int, seen: set) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and cli.poll() is None:
+        seen.update(_descendants(cli.pid))
+        if _training(xpdist, count):
+            return
+        time.sleep(0.5)
+    pytest.fail(f"{count} jobs never logged an epoch: {cli.communicate()}")
+
+
+def test_ctrl_c_of_a_parallel_sweep_kills_every_running_job_and_the_sweep(xpdist):
+    # Jobs 0 and 1 train at once in processes forked from the sweep's, each in a process group
+    # of its own: the terminal's Ctrl-C reaches the sweep's process, which passes it on.
+    cli = _start_parallel(xpdist, "seed=1,2,3", "trainer.epochs=100000")
+    seen: set = set()
+    try:
+        _wait_training(xpdist, cli, 2, seen)
+        seen.update(_descendants(cli.pid))
+        os.killpg(cli.pid, signal.SIGINT)
+        _, err = cli.communicate(timeout=120)
+    finally:
+        if cli.poll() is None:
+            for proc in [psutil.Process(cli.pid), *_descendants(cli.pid)]:
+                proc.kill()
+            cli.wait()
+    assert cli.returncode == 130, err[-3000:]
+    assert "interrupted by SIGINT" in err
+    parent, children = sweep_runs(xpdist)
+    assert [c.info.status for c in children] == ["KILLED", "KILLED"], "job 2 never starts"
+    assert parent.info.status == "KILLED"
+    deadline = time.monotonic() + 10  # a process just killed may still be listed: allow it a moment
+    while [p for p in seen if _alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p for p in seen if _alive(p)]
+    assert not left, [p.cmdline() for p in left]
+
+
+def test_a_parallel_job_whose_process_is_lost_fails_and_the_sweep_goes_on(xpdist):
+    # Job 0 trains until its process (the job's driver, forked from the sweep's) is killed, as
+    # an OOM killer would; jobs 1 and 2 are short and finish. The sweep reaches its table.
+    cli = _start_parallel(xpdist, "trainer.epochs=100000,2,2")
+    seen: set = set()
+    try:
+        _wait_training(xpdist, cli, 1, seen)
+        deadline = time.monotonic() + 60
+        job0 = []
+        while not job0 and time.monotonic() < deadline:
+            job0 = [p for p in psutil.Process(cli.pid).children()
+                    if any(f.path.endswith("/0/xpdist.log") for f in p.open_files())]
+        (driver,) = job0
+        seen.update(_descendants(cli.pid))
+        driver.kill()
+        out, err = cli.communicate(timeout=300)
+    finally:
+        if cli.poll() is None:
+            for proc in [psutil.Process(cli.pid), *_descendants(cli.pid)]:
+                proc.kill()
+            cli.wait()
+    assert cli.returncode == 1, err[-3000:]
+    assert "trainer.epochs=100000: its process ended by SIGKILL before the job's end" in err, err[-3000:]
+    parent, children = sweep_runs(xpdist)
+    assert [c.info.status for c in children] == ["FAILED", "FINISHED", "FINISHED"]
+    assert children[0].data.tags["xpdist.error"] == "the job ended without closing its run"
+    assert parent.info.status == "FAILED" and "3 jobs, 2 finished, 1 failed" in out
+    deadline = time.monotonic() + 10
+    while [p for p in seen if _alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in seen if _alive(p)], "job 0's task outlived its driver"

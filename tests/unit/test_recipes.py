@@ -42,7 +42,7 @@ def test_strategy_sweep_covers_every_single_process_strategy():
     assert strategies == single_process
 
 
-@pytest.mark.parametrize("launcher, target", [("local_parallel", "JoblibLauncher"), ("slurm", "SlurmLauncher"),
+@pytest.mark.parametrize("launcher, target", [("local_parallel", "ParallelLauncher"), ("slurm", "SlurmLauncher"),
                                               ("submitit_slurm", "SlurmLauncher")])
 def test_launcher_presets_compose(launcher, target):
     cfg = compose([f"hydra/launcher={launcher}"])

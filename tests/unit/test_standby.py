@@ -24,6 +24,17 @@ def test_no_standby_when_hydra_prints_instead_of_running(argv):
     assert standby._State.proc is None
 
 
+@pytest.mark.parametrize("argv, started", [
+    (["-m", "seed=1,2", "hydra/launcher=local_parallel"], False),  # each forked job starts its own
+    (["--multirun", "hydra/sweeper=optuna"], False),
+    (["-m", "seed=1,2", "hydra/launcher=basic"], True),  # jobs one after another here
+    (["hydra/launcher=local_parallel"], True),  # not a sweep: one run, here
+])
+def test_a_sweep_whose_jobs_run_elsewhere_starts_none(argv, started):
+    standby.start(argv)
+    assert (standby._State.proc is not None) == started
+
+
 def test_xpdist_standby_0_turns_it_off(monkeypatch):
     monkeypatch.setenv(standby.ENABLE_ENV, "0")
     standby.start(["strategy=mirrored"])

@@ -116,7 +116,7 @@ def _uri(cfg: DictConfig, ctx: job.JobContext) -> str:
 
 
 def register_plugins() -> None:
-    """Registers xpdist's Hydra plugins (the Optuna sweeper, the Ray launcher) with Hydra itself.
+    """Registers xpdist's Hydra plugins (Optuna sweeper, parallel and Ray launchers) with Hydra.
 
     Hydra 1.3 finds plugins by listing the `hydra_plugins` namespace package's modules. After
     setuptools' default editable install (PEP 660) the package imports through an import hook
@@ -132,8 +132,10 @@ def register_plugins() -> None:
     import hydra_plugins.xpdist_optuna.config  # noqa: F401  (stores hydra/sweeper/optuna)
     import hydra_plugins.xpdist_ray.config  # noqa: F401  (stores hydra/launcher/ray)
     from hydra_plugins.xpdist_optuna.optuna_sweeper import OptunaSweeper
+    from hydra_plugins.xpdist_parallel.launcher import ParallelLauncher
 
     Plugins.instance().register(OptunaSweeper)
+    Plugins.instance().register(ParallelLauncher)
     if importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is not None:
         from hydra_plugins.xpdist_ray.ray_launcher import RayLauncher
 
@@ -183,14 +185,9 @@ def _exit_now(code: int) -> None:
     """Exits without the interpreter's teardown of MLflow's module graph (about 2 s here).
 
     Every run is closed and every log written by now; logging.shutdown flushes Hydra's log file.
-    The standby task, if no job took it, and the joblib launcher's worker processes
-    (hydra/launcher=local_parallel) are stopped first: the workers would otherwise idle on for
-    minutes, holding the caller's stdout open.
+    The standby task, if no job took it, is stopped first.
     """
     standby.discard()
-    loky = sys.modules.get("joblib.externals.loky")
-    if loky is not None:
-        loky.get_reusable_executor().shutdown(wait=True, kill_workers=True)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -46,9 +46,23 @@ class _State:
 
 
 def start(argv: Sequence[str]) -> None:
-    """Starts the standby task, unless argv asks for Hydra's information."""
-    if not any(arg in _NO_RUN_FLAGS for arg in argv):
-        _spawn()
+    """Starts the standby task, unless argv asks for Hydra's information or for a sweep whose
+    jobs run elsewhere (another launcher or sweeper named on the command line: the task would
+    only be discarded once the config is known)."""
+    if any(arg in _NO_RUN_FLAGS for arg in argv):
+        return
+    multirun = any(arg in ("-m", "--multirun") for arg in argv)
+    if multirun and any(arg.startswith(("hydra/launcher=", "hydra/sweeper=")) and not arg.endswith("=basic")
+                        for arg in argv):
+        return
+    _spawn()
+
+
+def start_for_job() -> None:
+    """A sweep's job in a process forked for it (hydra/launcher=local_parallel): a standby of its
+    own, which imports TensorFlow while the job composes its config and creates its run."""
+    _State.proc, _State.refills = None, 0  # the sweep process's, if any, is not this job's
+    _spawn()
 
 
 def _spawn() -> None:

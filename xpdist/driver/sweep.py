@@ -72,6 +72,13 @@ def _close_open_runs(info: Dict[str, Any], why: str, status: str = "KILLED") -> 
         store.terminate(uri, parent_id, status, why)
 
 
+def leave_to_sweep() -> None:
+    """In a job's process forked from the sweep's (hydra/launcher=local_parallel): the parent run
+    is the sweep process's to close, not this job's (its own run it closes itself)."""
+    _State.open_sweep = None
+    _State.failed_jobs = 0
+
+
 def interrupted(ctx, why: str) -> None:
     """Ctrl-C or SIGTERM in a job: the parent run, and any child left open, is KILLED too."""
     if ctx.parent_run_id and ctx.tracking_uri:
@@ -131,15 +138,18 @@ def swept_overrides(config: DictConfig) -> List[str]:
 
 
 def _plugins_preflight(config: DictConfig) -> None:
-    """A sweeper with a `preflight(config)` (hydra/sweeper=optuna) checks its search space here,
-    and hydra/launcher=ray its extra and address, before the store, the parent run or the sweep
+    """A sweeper or launcher with a `preflight(config)` checks its keys here (hydra/sweeper=optuna
+    its search space, hydra/launcher=local_parallel its n_jobs), and hydra/launcher=ray its extra
+    and address, before the store, the parent run or the sweep
     directory exist: bad input is one line, exit 2."""
     from hydra.utils import get_class
 
     target = config.hydra.sweeper.get("_target_")
     checks = [getattr(get_class(target), "preflight", None) if target else None]
-    if ray_launcher.launches(config.hydra.launcher):
+    if ray_launcher.launches(config.hydra.launcher):  # its class needs the extra that preflight checks
         checks.append(ray_launcher.preflight)
+    elif config.hydra.launcher.get("_target_"):
+        checks.append(getattr(get_class(config.hydra.launcher._target_), "preflight", None))
     try:
         for check in filter(None, checks):
             check(config)

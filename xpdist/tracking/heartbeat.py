@@ -8,9 +8,10 @@ machines sharing a tracking server: no pid or host of one machine means anything
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from typing import Dict
+from typing import Dict, Iterator
 
 from xpdist.tracking import store
 
@@ -34,6 +35,8 @@ class _Beater(threading.Thread):
         self.lock = threading.Lock()
         self.runs: Dict[str, tuple] = {}  # run id -> (uri, interval_s, next beat at)
         self.wake = threading.Event()
+        # Held while a heartbeat is written: paused() takes it to fork with no store call running.
+        self.beating = threading.Lock()
 
     def run(self) -> None:
         while True:
@@ -42,7 +45,8 @@ class _Beater(threading.Thread):
                        if at <= time.monotonic()]
             for run_id, uri, interval in due:
                 try:
-                    store.set_tags(uri, run_id, {HEARTBEAT_TAG: f"{time.time():.0f}"})
+                    with self.beating:
+                        store.set_tags(uri, run_id, {HEARTBEAT_TAG: f"{time.time():.0f}"})
                 except Exception:  # the server away for a while: beat again next time
                     pass
                 with self.lock:
@@ -72,3 +76,18 @@ def let_go(run_id: str) -> None:
     """Stops the run's heartbeat (before it is closed)."""
     with _beater.lock:
         _beater.runs.pop(run_id, None)
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """No heartbeat is written inside the block: a process forked in it (a job of
+    hydra/launcher=local_parallel) holds none of the store's locks or connections half-used."""
+    with _beater.beating:
+        yield
+
+
+def forked() -> None:
+    """In a process just forked: the parent's heartbeat thread did not come along (only the
+    forking thread does) and its runs are the parent's to beat. A new, idle one takes its place."""
+    global _beater, _start_lock
+    _beater, _start_lock = _Beater(), threading.Lock()

@@ -25,6 +25,44 @@ for _noisy in ("alembic", "mlflow.store.db.utils"):
     logging.getLogger(_noisy).setLevel(logging.WARNING)
 
 
+class _Forks:
+    owner: Optional[int] = None  # the process that guarded the pools; None: not yet guarded
+    # Connections a forked process found in its pools: kept, never closed there (closing
+    # PostgreSQL's would end the parent's session; SQLite's must not be touched after a fork).
+    inherited: list = []
+
+
+def fork_safe_connections() -> None:
+    """A process forked from this one opens database connections of its own.
+
+    MLflow keeps one SQLAlchemy engine per database URI for the whole process (SqlAlchemyStore's
+    engine cache, mlflow/mlflow#12982), so a forked job (hydra/launcher=local_parallel) would
+    take the sweep process's pooled SQLite or PostgreSQL connections. This is SQLAlchemy's own
+    guard for pools that cross os.fork() ("Using Connection Pools with Multiprocessing or
+    os.fork()"), on every pool: a connection remembers the process that opened it, and a
+    checkout in another process sets it aside and opens a new one. Connections opened before
+    the first call belong to the process that made it. Once per process.
+    """
+    if _Forks.owner is not None:
+        return
+    from sqlalchemy import event, exc
+    from sqlalchemy.pool import Pool
+
+    _Forks.owner = os.getpid()
+
+    @event.listens_for(Pool, "connect")
+    def _opened(_dbapi_connection, record) -> None:
+        record.info["pid"] = os.getpid()
+
+    @event.listens_for(Pool, "checkout")
+    def _checked_out(_dbapi_connection, record, proxy) -> None:
+        owner = record.info.setdefault("pid", _Forks.owner)
+        if owner != os.getpid():
+            _Forks.inherited.append(record.dbapi_connection)
+            record.dbapi_connection = proxy.dbapi_connection = None
+            raise exc.DisconnectionError(f"connection of process {owner} checked out in process {os.getpid()}")
+
+
 def resolve_uri(configured: Optional[str], launch_dir: Path) -> str:
     """tracking.uri, else MLFLOW_TRACKING_URI, else sqlite:///<launch dir>/mlflow.db."""
     uri = configured or os.environ.get("MLFLOW_TRACKING_URI")
