@@ -69,6 +69,23 @@ def test_a_sweeps_jobs_get_standby_tasks(xpdist, launcher):
         assert 0 < child.data.metrics["first_step_s"] < float(child.data.tags["xpdist.wall_time_s"])
 
 
+@pytest.mark.cluster
+def test_a_localhost_clusters_chief_is_the_standby_and_writes_its_log(xpdist):
+    # multi_worker_mirrored on 2 localhost workers: worker 0, the chief, is the task started with
+    # the command (it imported TensorFlow while the driver composed the job); worker 1 starts
+    # once the job is known. Each task's output is in its own log, the chief's too.
+    run = xpdist.run(*LINEAR, "strategy=multi_worker_mirrored", "cluster=localhost", "cluster.workers=2",
+                     "trainer.progress=true", "hydra.run.dir=job")
+    assert run.returncode == 0, run.stdout + run.stderr
+    job = xpdist.workdir / "job"
+    assert _task_started_before_its_job(job)
+    for log in ("worker-0.log", "worker-1.log"):
+        assert "Epoch 2/2" in (job / "logs" / log).read_text(), log
+    (mlflow_run,) = xpdist.runs()
+    assert mlflow_run.info.status == "FINISHED"
+    assert not standby_tasks(xpdist.workdir)
+
+
 def test_verbose_runs_in_a_task_that_shows_tensorflows_start_up_log(xpdist):
     # The standby imports TensorFlow quietly; verbose=true must get a task that does not.
     run = xpdist.run(*LINEAR, "verbose=true")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 # When the driver started the task process (time.time()), the zero of first_step_s: the
 # kernel's process start time, rebuilt from the boot time in whole seconds, was up to a
@@ -26,6 +26,9 @@ class Handoff:
     argv: List[str]
     cwd: str
     env: Dict[str, str]
+    # The file its stdout and stderr go to (appended), as for a cluster task started with its
+    # output in its log; None: the driver's, which the standby has from its start.
+    output: Optional[str] = None
 
     def line(self) -> bytes:
         return (json.dumps(asdict(self)) + "\n").encode()

@@ -91,14 +91,16 @@ def keep_if(usable: bool) -> None:
         discard()
 
 
-def claim(argv: Sequence[str], env: Dict[str, str]) -> Optional[subprocess.Popen]:
-    """Hands the job to the standby task and returns it; None when there is none (left)."""
+def claim(argv: Sequence[str], env: Dict[str, str], output: Optional[str] = None) -> Optional[subprocess.Popen]:
+    """Hands the job to the standby task and returns it; None when there is none (left).
+    output: the file its stdout and stderr go to (a cluster task's log); None: the driver's."""
     proc, _State.proc = _State.proc, None
     if proc is None:
         return None
     # The standby's own driver pid; its launch is the zero of first_step_s unless env sets one
     # (a sweep's job: its start, not the sweep's).
-    handoff = Handoff(argv=list(argv), cwd=os.getcwd(), env={k: v for k, v in env.items() if k != DRIVER_PID_ENV})
+    handoff = Handoff(argv=list(argv), cwd=os.getcwd(), env={k: v for k, v in env.items() if k != DRIVER_PID_ENV},
+                      output=output)
     try:
         proc.stdin.write(handoff.line())
         proc.stdin.close()

@@ -119,4 +119,11 @@ def standby() -> List[str]:
     os.chdir(handoff.cwd)
     with open(os.devnull, "rb") as null:  # as a task started without input
         os.dup2(null.fileno(), 0)
+    if handoff.output:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        fd = os.open(handoff.output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
     return handoff.argv

@@ -48,8 +48,9 @@ class Engine:
     Class attributes:
         name: the option's name, the same as its module's.
         multi_process: it runs a cluster of task processes (a multi-process strategy needs one).
-        keeps_standby: its one task may be started before the job, to import TensorFlow
-            while the previous job closes its run (driver/standby.py).
+        keeps_standby: its one task, or its chief, may be started before the job, to import
+            TensorFlow while the driver composes the job or the previous job closes its run
+            (driver/standby.py).
 
     Args:
         cfg: the plain composed config.

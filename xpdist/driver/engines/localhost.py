@@ -15,6 +15,7 @@ from typing import Dict, Optional
 from xpdist.core import strategies
 from xpdist.core.clusterenv import TaskId
 from xpdist.core.errors import ConfigError
+from xpdist.driver import standby
 from xpdist.driver.engines import Engine
 from xpdist.driver.launchers import follow, process
 from xpdist.driver.launchers.localhost import FAILURE_GRACE_S, Cluster, TaskFailed
@@ -23,6 +24,7 @@ from xpdist.driver.launchers.outcome import Outcome, outcome_from
 
 class Localhost(Engine):
     name = "localhost"
+    keeps_standby = True  # the chief's first start takes it (launchers/localhost.py)
 
     def __init__(self, cfg, plan, job):
         super().__init__(cfg, plan, job)
@@ -77,6 +79,7 @@ class Localhost(Engine):
                 restarts += 1
                 self._note(f"{failure}; restarting the cluster ({restarts}/{most})")
                 continue
+            standby.refill()  # a sequential sweep's next job: its chief imports TensorFlow now
             if code == 0:
                 cluster.wait_others()
             else:  # the others may be stuck in a collective with the dead chief

@@ -30,6 +30,7 @@ import portpicker
 from xpdist.core import strategies
 from xpdist.core.clusterenv import TaskId as Task
 from xpdist.core.jobdir import JobDir
+from xpdist.driver import standby
 from xpdist.driver.launchers import process
 from xpdist.driver.launchers.outcome import describe_exit, may_retry
 
@@ -121,8 +122,13 @@ class Cluster:
         env = dict(self.env, TF_CONFIG=tf_config(self.spec, task))
         if self.coordinated:
             env["GRPC_FAIL_FAST"] = "use_caller"  # the guide's setting: fail fast, let the coordinator retry
+        # The chief's first start may take the standby task, which has imported TensorFlow since
+        # the command started (driver/standby.py); its output goes to the chief's log as well.
+        claimed = standby.claim([str(self.job.root)], env, str(self.log_of(task))) \
+            if task == self.chief and self.attempt == 1 else None
         with log:  # the child holds its own copy of the descriptor
-            self.procs[task] = process.start(process.task_command(self.job.root), env, log)
+            self.procs[task] = process.adopt(claimed) if claimed else \
+                process.start(process.task_command(self.job.root), env, log)
         pids = {t.name: p.pid for t, p in self.procs.items()}
         self.job.tasks.write_text(json.dumps({"attempt": self.attempt, "pids": pids}, indent=2))
 
