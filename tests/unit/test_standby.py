@@ -9,6 +9,7 @@ import time
 import psutil
 import pytest
 
+from tests.unit.unit_helpers import plain
 from xpdist.driver import standby
 
 
@@ -21,29 +22,35 @@ def _none_left():
 @pytest.mark.parametrize("argv", [["--help"], ["--cfg", "job"], ["-c", "job"], ["--info"], ["--hydra-help"]])
 def test_no_standby_when_hydra_prints_instead_of_running(argv):
     standby.start(argv)
-    assert standby._State.proc is None
+    assert standby._State.procs == []
 
 
 @pytest.mark.parametrize("argv, started", [
-    (["-m", "seed=1,2", "hydra/launcher=local_parallel"], False),  # each forked job starts its own
-    (["--multirun", "hydra/sweeper=optuna"], False),
-    (["-m", "seed=1,2", "hydra/launcher=basic"], True),  # jobs one after another here
-    (["hydra/launcher=local_parallel"], True),  # not a sweep: one run, here
+    (["-m", "seed=1,2", "hydra/launcher=local_parallel"], 0),  # each forked job starts its own
+    (["--multirun", "hydra/sweeper=optuna"], 0),
+    (["-m", "seed=1,2", "hydra/launcher=basic"], 1),  # jobs one after another here
+    (["hydra/launcher=local_parallel"], 1),  # not a sweep: one run, here
+    # a localhost cluster: one per task (conf/cluster/localhost.yaml's 2 workers, unless given)
+    (["strategy=multi_worker_mirrored", "cluster=localhost"], 2),
+    (["strategy=multi_worker_mirrored", "cluster=localhost", "cluster.workers=3"], 3),
+    (["strategy=parameter_server", "cluster=localhost", "cluster.ps=1"], 4),  # coordinator, 2 workers, 1 ps
+    (["strategy=mirrored", "cluster=localhost"], 1),  # refused by preflight: one is enough
+    (["-m", "strategy=multi_worker_mirrored", "cluster=localhost", "seed=1,2"], 1),  # one at a time
 ])
 def test_a_sweep_whose_jobs_run_elsewhere_starts_none(argv, started):
     standby.start(argv)
-    assert (standby._State.proc is not None) == started
+    assert len(standby._State.procs) == started
 
 
 def test_xpdist_standby_0_turns_it_off(monkeypatch):
     monkeypatch.setenv(standby.ENABLE_ENV, "0")
     standby.start(["strategy=mirrored"])
-    assert standby._State.proc is None
+    assert standby._State.procs == []
 
 
 def test_a_standby_no_job_takes_is_ended():
     standby.start(["strategy=mirrored"])
-    proc = standby._State.proc
+    (proc,) = standby._State.procs
     assert proc is not None and _cmdline(proc.pid)[-1] == "--standby"
     standby.keep_if(True)
     assert proc.poll() is None
@@ -57,8 +64,8 @@ def test_a_sweep_in_this_process_gets_one_standby_per_job_and_no_more():
     started = []
     for _ in range(4):  # a fourth refill (after the last job) starts nothing
         standby.refill()
-        if standby._State.proc is not None:
-            started.append(standby._State.proc)
+        if standby._State.procs:
+            started.extend(standby._State.procs)
             standby.discard()  # as if a job had claimed it
     assert len(started) == 2  # the first job's was started with the command
     assert all(proc.returncode is not None for proc in started)
@@ -66,10 +73,15 @@ def test_a_sweep_in_this_process_gets_one_standby_per_job_and_no_more():
 
 def test_a_standby_that_died_is_not_handed_the_job():
     standby.start(["strategy=mirrored"])
-    proc = standby._State.proc
+    (proc,) = standby._State.procs
     proc.kill()
     proc.wait()
     assert standby.claim(["job"], dict(os.environ)) is None
+
+
+def test_the_localhost_defaults_it_assumes_are_the_configs():
+    assert standby._LOCALHOST_DEFAULT == {k: v for k, v in plain("cluster=localhost")["cluster"].items()
+                                          if k in standby._LOCALHOST_DEFAULT}
 
 
 def _cmdline(pid: int) -> list:

@@ -27,7 +27,7 @@ import contextlib
 import os
 import signal
 import subprocess
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from xpdist.core.taskenv import DRIVER_PID_ENV, STANDBY_ARG, Handoff
 from xpdist.driver import spawn
@@ -40,7 +40,8 @@ _NO_RUN_FLAGS = {"-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "-i
 
 
 class _State:
-    proc: Optional[subprocess.Popen] = None
+    # Started, not yet claimed: one, or one per task of a localhost cluster named on the command line.
+    procs: List[subprocess.Popen] = []
     # Standby tasks still to start for the next jobs of a sweep run in this process.
     refills = 0
 
@@ -55,13 +56,39 @@ def start(argv: Sequence[str]) -> None:
     if multirun and any(arg.startswith(("hydra/launcher=", "hydra/sweeper=")) and not arg.endswith("=basic")
                         for arg in argv):
         return
-    _spawn()
+    for _ in range(1 if multirun else _localhost_tasks(argv)):
+        _spawn()
+
+
+def _localhost_tasks(argv: Sequence[str]) -> int:
+    """How many tasks the run's cluster has, as far as the command line tells before Hydra has
+    composed it: a cluster=localhost of multi_worker_mirrored (cluster.workers) or of
+    parameter_server (a coordinator, the workers and cluster.ps), else 1. Each gets a standby,
+    so that no task starts importing TensorFlow only once the job is known; a guess that the
+    composed config proves wrong costs a standby discarded (or a task started later)."""
+    given = dict(arg.split("=", 1) for arg in argv if "=" in arg)
+    strategy = given.get("strategy")
+    if given.get("cluster") != "localhost" or strategy not in ("multi_worker_mirrored", "parameter_server"):
+        return 1
+    try:
+        workers = int(given.get("cluster.workers") or _LOCALHOST_DEFAULT["workers"])
+        ps = int(given.get("cluster.ps") or _LOCALHOST_DEFAULT["ps"])
+    except ValueError:  # preflight says what is wrong with it
+        return 1
+    total = workers if strategy == "multi_worker_mirrored" else 1 + workers + ps
+    return min(max(total, 1), _MAX_STANDBYS)
+
+
+# conf/cluster/localhost.yaml's defaults (checked against it by tests/unit/test_standby.py; read
+# here without Hydra, which is not imported yet), and at most this many standbys at once.
+_LOCALHOST_DEFAULT = {"workers": 2, "ps": 0}
+_MAX_STANDBYS = 8
 
 
 def start_for_job() -> None:
     """A sweep's job in a process forked for it (hydra/launcher=local_parallel): a standby of its
     own, which imports TensorFlow while the job composes its config and creates its run."""
-    _State.proc, _State.refills = None, 0  # the sweep process's, if any, is not this job's
+    _State.procs, _State.refills = [], 0  # the sweep process's, if any, are not this job's
     _spawn()
 
 
@@ -70,7 +97,7 @@ def _spawn() -> None:
         return
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with contextlib.suppress(OSError):
-        _State.proc = spawn.spawn(spawn.task_command(STANDBY_ARG), env, stdin=subprocess.PIPE)
+        _State.procs.append(spawn.spawn(spawn.task_command(STANDBY_ARG), env, stdin=subprocess.PIPE))
 
 
 def expect_jobs(count: int) -> None:
@@ -80,13 +107,13 @@ def expect_jobs(count: int) -> None:
 
 def refill() -> None:
     """A job's task has ended: starts the standby for the next job of the sweep, if one follows."""
-    if _State.refills > 0 and _State.proc is None:
+    if _State.refills > 0 and not _State.procs:
         _State.refills -= 1
         _spawn()
 
 
 def keep_if(usable: bool) -> None:
-    """Once the config is known: discards the standby task unless the job can use it."""
+    """Once the config is known: discards the standby tasks unless the job can use them."""
     if not usable:
         discard()
 
@@ -94,9 +121,9 @@ def keep_if(usable: bool) -> None:
 def claim(argv: Sequence[str], env: Dict[str, str], output: Optional[str] = None) -> Optional[subprocess.Popen]:
     """Hands the job to the standby task and returns it; None when there is none (left).
     output: the file its stdout and stderr go to (a cluster task's log); None: the driver's."""
-    proc, _State.proc = _State.proc, None
-    if proc is None:
+    if not _State.procs:
         return None
+    proc = _State.procs.pop(0)
     # The standby's own driver pid; its launch is the zero of first_step_s unless env sets one
     # (a sweep's job: its start, not the sweep's).
     handoff = Handoff(argv=list(argv), cwd=os.getcwd(), env={k: v for k, v in env.items() if k != DRIVER_PID_ENV},
@@ -111,9 +138,9 @@ def claim(argv: Sequence[str], env: Dict[str, str], output: Optional[str] = None
 
 
 def discard() -> None:
-    """Ends the standby task if it was not claimed."""
-    proc, _State.proc = _State.proc, None
-    if proc is not None:
+    """Ends the standby tasks not claimed."""
+    procs, _State.procs = _State.procs, []
+    for proc in procs:
         _end(proc)
 
 

@@ -111,7 +111,7 @@ class Cluster:
             self.job.ready_marker(task.file_name).unlink(missing_ok=True)
         self.job.result.unlink(missing_ok=True)
         self.started_at = time.monotonic()
-        for task in self.tasks:
+        for task in sorted(self.tasks, key=lambda t: t != self.chief):
             self.start_task(task)
 
     def start_task(self, task: Task) -> None:
@@ -122,10 +122,10 @@ class Cluster:
         env = dict(self.env, TF_CONFIG=tf_config(self.spec, task))
         if self.coordinated:
             env["GRPC_FAIL_FAST"] = "use_caller"  # the guide's setting: fail fast, let the coordinator retry
-        # The chief's first start may take the standby task, which has imported TensorFlow since
-        # the command started (driver/standby.py); its output goes to the chief's log as well.
-        claimed = standby.claim([str(self.job.root)], env, str(self.log_of(task))) \
-            if task == self.chief and self.attempt == 1 else None
+        # A first start takes a standby task while one is left (driver/standby.py: one, or one per
+        # task when the command line names the cluster), which has imported TensorFlow since the
+        # command started; its output goes to the task's log as well. The chief takes the first.
+        claimed = standby.claim([str(self.job.root)], env, str(self.log_of(task))) if self.attempt == 1 else None
         with log:  # the child holds its own copy of the descriptor
             self.procs[task] = process.adopt(claimed) if claimed else \
                 process.start(process.task_command(self.job.root), env, log)
