@@ -1,7 +1,8 @@
 """The CLI rejects bad input with one line on stderr, exit code 2, and no MLflow run.
 
-These run the real `python -m xpdist` in a subprocess; preflight rejects the config before
-any MLflow run is created or TensorFlow is imported, so each takes a few seconds.
+These run the real `python -m xpdist` in a process of its own, forked from the zygote
+(tests/zygote.py: Python and the driver already imported); preflight rejects the config before
+any MLflow run is created or TensorFlow is imported, so each takes a fraction of a second.
 """
 
 from __future__ import annotations
@@ -36,27 +37,27 @@ def assert_rejected(xpdist: Xpdist, proc, key: str) -> str:
     (["tracking.experiment="], "tracking.experiment", "MLflow needs an experiment name"),
 ])
 def test_bad_config_is_one_line_and_exit_2(xpdist, overrides, key, says):
-    line = assert_rejected(xpdist, xpdist.run(*overrides, timeout=120), key)
+    line = assert_rejected(xpdist, xpdist.run(*overrides, timeout=120, fork=True), key)
     assert says in line
     assert not (xpdist.workdir / "outputs").exists()  # no half-written output folder either
 
 
 def test_unreachable_tracking_server(xpdist):
     uri = f"http://127.0.0.1:{closed_port()}"
-    line = assert_rejected(xpdist, xpdist.run(f"tracking.uri={uri}", timeout=120), "tracking.uri")
+    line = assert_rejected(xpdist, xpdist.run(f"tracking.uri={uri}", timeout=120, fork=True), "tracking.uri")
     assert uri in line and "does not answer" in line
 
 
 def test_file_store_is_refused_before_training(xpdist, tmp_path):
     uri = (tmp_path / "mlruns").as_uri()
-    line = assert_rejected(xpdist, xpdist.run(f"tracking.uri={uri}", timeout=120), "tracking.uri")
+    line = assert_rejected(xpdist, xpdist.run(f"tracking.uri={uri}", timeout=120, fork=True), "tracking.uri")
     assert "file store" in line and "sqlite:///" in line
     assert not (xpdist.workdir / "outputs").exists() and not (tmp_path / "mlruns").exists()
 
 
 def test_unreachable_tracking_server_from_the_environment(xpdist):
     uri = f"http://127.0.0.1:{closed_port()}"
-    proc = xpdist.run(timeout=120, env={"MLFLOW_TRACKING_URI": uri})
+    proc = xpdist.run(timeout=120, env={"MLFLOW_TRACKING_URI": uri}, fork=True)
     assert uri in assert_rejected(xpdist, proc, "tracking.uri")
 
 
@@ -74,14 +75,14 @@ def test_unreachable_tracking_server_from_the_environment(xpdist):
     (["model=custom", "model._target_=no_such_package.build"], "model._target_", "no module 'no_such_package'"),
 ])
 def test_bad_config_from_hydra_or_the_schema_is_one_line_and_exit_2(xpdist, overrides, key, says):
-    line = assert_rejected(xpdist, xpdist.run(*overrides, timeout=120), key)
+    line = assert_rejected(xpdist, xpdist.run(*overrides, timeout=120, fork=True), key)
     assert says in line and "HYDRA_FULL_ERROR" not in line and "To append" not in line
     assert not (xpdist.workdir / "outputs").exists()
 
 
 def test_a_sweep_with_a_bad_value_exits_2_with_one_line(xpdist):
     """Hydra composes each job of a sweep when it starts: the bad one stops the sweep, exit 2."""
-    proc = xpdist.run("trainer.epochs=two,1", multirun=True, tiny=False, timeout=120)
+    proc = xpdist.run("trainer.epochs=two,1", multirun=True, tiny=False, timeout=120, fork=True)
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("xpdist: error:")]
     assert errors == [line for line in proc.stderr.strip().splitlines()]

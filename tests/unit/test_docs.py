@@ -7,12 +7,12 @@ import enum
 import io
 import re
 import shlex
-import subprocess
 import sys
 
 import yaml
 from omegaconf import OmegaConf
 
+from tests import zygote
 from tests.helpers import REPO, xpdist_env
 from tests.unit.unit_helpers import plain
 from xpdist.core.plan import keras_flavour
@@ -56,8 +56,8 @@ def test_the_option_file_of_data_md_composes(tmp_path):
     (tmp_path / "conf" / "dataset").mkdir(parents=True)
     (tmp_path / "conf" / "dataset" / "my_data.yaml").write_text(block.group(1))
     assert "python -m xpdist --config-dir conf dataset=my_data" in block.group(1)
-    done = subprocess.run([sys.executable, "-m", "xpdist", "--config-dir", "conf", "dataset=my_data", "--cfg", "job"],
-                          cwd=tmp_path, env=xpdist_env(), capture_output=True, text=True, timeout=120)
+    done = zygote.run([sys.executable, "-m", "xpdist", "--config-dir", "conf", "dataset=my_data", "--cfg", "job"],
+                      tmp_path, xpdist_env(), timeout=120)
     assert done.returncode == 0, done.stderr
     dataset = yaml.safe_load(done.stdout)["dataset"]
     assert dataset["name"] == "tfrecord" and dataset["files"] == ["data/train-*.tfrecord"]

@@ -1,0 +1,202 @@
+"""The zygote: `python -m xpdist ...` for the fast tests, forked instead of started.
+
+A fast test that only wants to see the CLI refuse a config (exit 2, one line) or print
+without training started a fresh `python -m xpdist`: 0.57 s on an idle machine, of which
+starting Python and importing Hydra, OmegaConf and xpdist's driver took about 0.25 s (the rest
+is Hydra composing). A zygote is a helper process started once per pytest worker (and per
+start-up environment, see below) that has imported those modules (zygote_process.PRELOAD, what
+the CLI imports before it composes) and then forks one child per command: 0.34 s each.
+
+The child is still a separate process running the real CLI: it becomes what a fresh
+`python -m MODULE ARGS` is at the moment runpy runs MODULE, and runs it the way Python's
+`-m` does (runpy._run_module_as_main, in a fresh __main__ module). It takes the test's working
+directory, its whole environment (os.environ, hence putenv), sys.argv and sys.orig_argv;
+sys.path[0] and every PYTHONPATH entry Python made absolute against the zygote's working
+directory follow the test's one; stdin is /dev/null, stdout and stderr are pipes that `run`
+reads to their end as subprocess.run does, and no other file descriptor stays open; signal
+handlers and mask are put back to those the zygote's interpreter started with. It leaves as
+Python would: SystemExit's code, a traceback and 1, or threads joined, atexit run and the
+streams flushed. Its exit code, stdout and stderr come back as a subprocess.CompletedProcess.
+
+Why that is equivalent: what a Python process takes from its environment before it runs
+the module is fixed at start-up (PYTHON*, the locale, TZ, HOME, the dynamic loader's
+variables) or read by the preloaded modules while they import. The first is the zygote's
+key; the second the zygote records (every os.environ read during its imports) and `run`
+compares with the test's environment, falling back to subprocess.run where one differs. A
+value read from C during an import would not be recorded: no preloaded module does that
+(none is TensorFlow or numpy). The zygote forks only with one thread and without TensorFlow
+imported (checked before every fork; it refuses otherwise, and the test fails loudly).
+
+What it does not change: a forked child has its own process group, so that a command that
+outlives its timeout is killed with everything it started (then subprocess.TimeoutExpired,
+as from subprocess.run); the hash seed is the zygote's rather than a new one per command
+(PYTHONHASHSEED, when set, is part of the key).
+
+Used only where a test asks for it (tests.helpers.Xpdist.run(fork=True)), for commands that
+end before training. Tests whose subject is the interpreter's start (`--help`, what an import
+pulls in, console scripts) and `python -m xpdist docs|advise` (which never import the driver)
+keep real subprocesses. The zygotes end with the test process (atexit), or when their socket
+closes if the test process dies first.
+
+This module is the test's side (`run`); tests/zygote_process.py is the zygote's program.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import locale
+import os
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional, Sequence
+
+from tests import zygote_process
+from tests.zygote_process import MESSAGE_MAX
+
+# Read at the interpreter's start (or by the C library) rather than by a module's import.
+STARTUP_PREFIXES = ("PYTHON", "LC_", "LD_", "MALLOC_", "GLIBC_")
+STARTUP_NAMES = ("LANG", "LANGUAGE", "TZ", "HOME")
+
+
+def run(cmd: Sequence[str], cwd, env: Dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    for cmd = [sys.executable, "-m", MODULE, ...], forked from this process's zygote for env's
+    start-up environment; a real subprocess.run where the zygote's imports read env otherwise."""
+    cmd = [str(arg) for arg in cmd]
+    if cmd[:2] != [sys.executable, "-m"] or len(cmd) < 3:
+        raise ValueError(f"the zygote runs `{sys.executable} -m MODULE ...`, not {cmd}")
+    key = tuple(sorted((k, v) for k, v in env.items() if _startup(k)))
+    zygote = _zygotes.get(key)
+    if zygote is None or zygote.closed:
+        zygote = _zygotes[key] = Zygote(env)
+    if not zygote.serves(env):
+        return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return zygote.run(cmd, cwd, env, timeout)
+
+
+def _startup(name: str) -> bool:
+    return name.startswith(STARTUP_PREFIXES) or name in STARTUP_NAMES
+
+
+class Zygote:
+    """One zygote process (test side); `close` ends it."""
+
+    def __init__(self, env: Dict[str, str]):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock = ours
+        # A working directory of its own, so that the paths Python makes absolute against it
+        # (sys.path entries) can be told apart and moved to each command's directory.
+        self._home = tempfile.mkdtemp(prefix="zygote-")
+        self._log = tempfile.TemporaryFile()
+        # Run by its path with -c: `python FILE` would put tests/ first on sys.path, `-m` needs
+        # tests/ importable, and -P would pass on to the commands' own Python subprocesses.
+        boot = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"
+        with theirs:
+            # stdout a pipe, as a command run with capture_output has: Python sizes its buffer on it.
+            self.proc = subprocess.Popen([sys.executable, "-c", boot, zygote_process.__file__, str(theirs.fileno())],
+                                         cwd=self._home, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=self._log, pass_fds=[theirs.fileno()])
+        atexit.register(self.close)
+        ready = self._receive()
+        # os.environ as the zygote's imports read it: None for a variable they looked up and did
+        # not find; every variable when something listed the environment.
+        self._read: Optional[Dict[str, Optional[str]]] = ready["read"]
+
+    def serves(self, env: Dict[str, str]) -> bool:
+        """Whether a command with env would import the preloaded modules as the zygote did."""
+        if self._read is None:
+            return False
+        return all(env.get(name) == value for name, value in self._read.items())
+
+    def run(self, cmd: List[str], cwd, env: Dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+        request = json.dumps({"argv": cmd, "cwd": str(cwd), "env": env}).encode()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            socket.send_fds(self._sock, [request], [out_w, err_w])
+        finally:
+            os.close(out_w)  # the child holds the write ends now: EOF once it (and what it started) closes them
+            os.close(err_w)
+        try:
+            self._receive()  # forked
+            out, err, code, timed_out = self._collect(out_r, err_r, timeout)
+            if timed_out and code is None:  # else it has ended, and what it started holds its pipes
+                self._sock.send(b"kill")  # the zygote kills the child's group, which it has not reaped yet
+                self._receive()
+        except BaseException:
+            # Cut short (pytest-timeout, Ctrl-C) or refused: the next command gets a new zygote,
+            # and this one kills its child as it leaves.
+            self.close()
+            raise
+        finally:
+            os.close(out_r)
+            os.close(err_r)
+        if timed_out:
+            raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err)
+        return subprocess.CompletedProcess(cmd, code, _text(out), _text(err))
+
+    def _collect(self, out_r: int, err_r: int, timeout: float):
+        """The child's output to its end and its exit code (None if it has not ended), and
+        whether the timeout came first."""
+        chunks = {out_r: [], err_r: []}
+        open_fds = [out_r, err_r]
+        code = None
+        deadline = time.monotonic() + timeout
+        while open_fds or code is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return b"".join(chunks[out_r]), b"".join(chunks[err_r]), code, True
+            readable, _, _ = select.select(open_fds + ([self._sock] if code is None else []), [], [], left)
+            for fd in readable:
+                if fd is self._sock:
+                    code = self._receive()["returncode"]
+                    continue
+                data = os.read(fd, 1 << 16)
+                if data:
+                    chunks[fd].append(data)
+                else:
+                    open_fds.remove(fd)
+        return b"".join(chunks[out_r]), b"".join(chunks[err_r]), code, False
+
+    def _receive(self) -> dict:
+        message = self._sock.recv(MESSAGE_MAX)
+        if not message:
+            self._log.seek(0)
+            raise RuntimeError(f"the zygote (pid {self.proc.pid}) ended: {self._log.read().decode(errors='replace')}")
+        reply = json.loads(message)
+        if "error" in reply:
+            raise RuntimeError(f"the zygote refused: {reply['error']}")
+        return reply
+
+    @property
+    def closed(self) -> bool:
+        return self._sock.fileno() < 0
+
+    def close(self) -> None:
+        """Ends the zygote (its socket closes: it leaves; killed by its pid if it does not)."""
+        if self.closed:
+            return
+        self._sock.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+        self._log.close()
+        shutil.rmtree(self._home, ignore_errors=True)
+
+
+_zygotes: Dict[tuple, Zygote] = {}
+
+
+def _text(data: bytes) -> str:
+    """As subprocess.run(text=True) decodes (subprocess._text_encoding, universal newlines)."""
+    encoding = "utf-8" if sys.flags.utf8_mode else locale.getencoding()
+    return data.decode(encoding).replace("\r\n", "\n").replace("\r", "\n")
