@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from tests.unit.unit_helpers import plain
-from xpdist.driver import standby
+from xpdist.driver import engines, standby
 
 
 @pytest.fixture(autouse=True)
@@ -30,12 +30,6 @@ def test_no_standby_when_hydra_prints_instead_of_running(argv):
     (["--multirun", "hydra/sweeper=optuna"], 0),
     (["-m", "seed=1,2", "hydra/launcher=basic"], 1),  # jobs one after another here
     (["hydra/launcher=local_parallel"], 1),  # not a sweep: one run, here
-    # a localhost cluster: one per task (conf/cluster/localhost.yaml's 2 workers, unless given)
-    (["strategy=multi_worker_mirrored", "cluster=localhost"], 2),
-    (["strategy=multi_worker_mirrored", "cluster=localhost", "cluster.workers=3"], 3),
-    (["strategy=parameter_server", "cluster=localhost", "cluster.ps=1"], 4),  # coordinator, 2 workers, 1 ps
-    (["strategy=mirrored", "cluster=localhost"], 1),  # refused by preflight: one is enough
-    (["-m", "strategy=multi_worker_mirrored", "cluster=localhost", "seed=1,2"], 1),  # one at a time
 ])
 def test_a_sweep_whose_jobs_run_elsewhere_starts_none(argv, started):
     standby.start(argv)
@@ -79,9 +73,33 @@ def test_a_standby_that_died_is_not_handed_the_job():
     assert standby.claim(["job"], dict(os.environ)) is None
 
 
-def test_the_localhost_defaults_it_assumes_are_the_configs():
-    assert standby._LOCALHOST_DEFAULT == {k: v for k, v in plain("cluster=localhost")["cluster"].items()
-                                          if k in standby._LOCALHOST_DEFAULT}
+@pytest.mark.parametrize("argv, tasks", [
+    # the cluster's own count, its defaults (conf/cluster/localhost.yaml's 2 workers) unless given
+    (["strategy=multi_worker_mirrored", "cluster=localhost"], 2),
+    (["strategy=multi_worker_mirrored", "cluster=localhost", "cluster.workers=3"], 3),
+    (["strategy=parameter_server", "cluster=localhost", "cluster.ps=1"], 4),  # coordinator, 2 workers, 1 ps
+    (["strategy=mirrored", "cluster=localhost"], 1),  # refused by preflight: one is enough
+    (["strategy=multi_worker_mirrored", "cluster=localhost", "cluster.workers=two"], 1),
+    (["strategy=multi_worker_mirrored", "cluster=slurm"], 1),  # its tasks run elsewhere
+    (["-m", "strategy=multi_worker_mirrored", "cluster=localhost", "seed=1,2"], 1),  # one job at a time
+])
+def test_a_localhost_cluster_on_the_command_line_gets_a_standby_per_task(argv, tasks):
+    assert engines.local_tasks(argv) == tasks
+    standby.start(argv)
+    standby.top_up(engines.local_tasks(argv))
+    assert len(standby._State.procs) == tasks
+
+
+def test_the_localhost_defaults_are_the_configs():
+    cluster = plain("cluster=localhost")["cluster"]
+    assert engines.local_tasks(["strategy=multi_worker_mirrored", "cluster=localhost"]) == cluster.workers
+
+
+def test_no_more_standbys_where_none_was_started(monkeypatch):
+    monkeypatch.setenv(standby.ENABLE_ENV, "0")
+    standby.start(["strategy=multi_worker_mirrored", "cluster=localhost"])
+    standby.top_up(2)
+    assert standby._State.procs == []
 
 
 def _cmdline(pid: int) -> list:

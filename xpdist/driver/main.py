@@ -156,6 +156,7 @@ def cli() -> None:
     # still gets Hydra's full traceback.
     full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    standby.top_up(engines.local_tasks(sys.argv[1:]))  # a localhost cluster: a standby per task
     code = None
     try:
         # SIGINT/SIGTERM anywhere (not only while a task runs) closes an open sweep as KILLED.

@@ -56,33 +56,21 @@ def start(argv: Sequence[str]) -> None:
     if multirun and any(arg.startswith(("hydra/launcher=", "hydra/sweeper=")) and not arg.endswith("=basic")
                         for arg in argv):
         return
-    for _ in range(1 if multirun else _localhost_tasks(argv)):
-        _spawn()
+    _spawn()
 
 
-def _localhost_tasks(argv: Sequence[str]) -> int:
-    """How many tasks the run's cluster has, as far as the command line tells before Hydra has
-    composed it: a cluster=localhost of multi_worker_mirrored (cluster.workers) or of
-    parameter_server (a coordinator, the workers and cluster.ps), else 1. Each gets a standby,
-    so that no task starts importing TensorFlow only once the job is known; a guess that the
-    composed config proves wrong costs a standby discarded (or a task started later)."""
-    given = dict(arg.split("=", 1) for arg in argv if "=" in arg)
-    strategy = given.get("strategy")
-    if given.get("cluster") != "localhost" or strategy not in ("multi_worker_mirrored", "parameter_server"):
-        return 1
-    try:
-        workers = int(given.get("cluster.workers") or _LOCALHOST_DEFAULT["workers"])
-        ps = int(given.get("cluster.ps") or _LOCALHOST_DEFAULT["ps"])
-    except ValueError:  # preflight says what is wrong with it
-        return 1
-    total = workers if strategy == "multi_worker_mirrored" else 1 + workers + ps
-    return min(max(total, 1), _MAX_STANDBYS)
+def top_up(count: int) -> None:
+    """The command line names a cluster of `count` task processes on this machine
+    (engines.local_tasks, asked once the driver's modules are imported, before Hydra composes):
+    standby tasks for the others too, at most MAX_STANDBYS, if one was started with the command.
+    A guess the composed config proves wrong costs a standby discarded, or a task started later."""
+    if _State.procs:
+        for _ in range(min(count, MAX_STANDBYS) - len(_State.procs)):
+            _spawn()
 
 
-# conf/cluster/localhost.yaml's defaults (checked against it by tests/unit/test_standby.py; read
-# here without Hydra, which is not imported yet), and at most this many standbys at once.
-_LOCALHOST_DEFAULT = {"workers": 2, "ps": 0}
-_MAX_STANDBYS = 8
+# At most this many standby tasks at once (each imports TensorFlow: about 5 CPU-seconds).
+MAX_STANDBYS = 8
 
 
 def start_for_job() -> None:

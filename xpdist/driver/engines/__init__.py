@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import signal
 import subprocess
-from typing import ClassVar, Dict, Optional, Type
+from typing import ClassVar, Dict, List, Optional, Type
 
 from xpdist.core import strategies
 from xpdist.core.clusterenv import ClusterEnv
@@ -84,6 +84,13 @@ class Engine:
     def describe(cls, cfg, plan: Plan) -> str:
         """Where the tasks run, for --check's `tasks:` line."""
         return f"cluster={cfg.cluster.name}: this process, as the task TF_CONFIG names ({plan.num_workers} worker(s))"
+
+    @classmethod
+    def tasks_named(cls, words: Dict[str, str]) -> int:
+        """How many task processes on this machine a run of this engine has, as far as the
+        command line's key=value words tell before Hydra composes them (each may then be a
+        standby task: driver/standby.py); 1 where the engine starts one, or none here."""
+        return 1
 
     @classmethod
     def schedules(cls, hydra_launcher) -> bool:
@@ -161,6 +168,16 @@ def _subclass(target: str, engine: Type[Engine]) -> Type[Engine]:
 def for_job(cfg, plan: Plan, job: JobDir) -> Engine:
     """The engine that runs this job's tasks."""
     return of(cfg)(cfg, plan, job)
+
+
+def local_tasks(argv: List[str]) -> int:
+    """How many task processes on this machine the command line asks for (its `cluster=` engine's
+    tasks_named); 1 for a sweep, or where it names no engine."""
+    if any(arg in ("-m", "--multirun") for arg in argv):
+        return 1
+    words = dict(arg.split("=", 1) for arg in argv if "=" in arg and not arg.startswith(("+", "~")))
+    name = words.get("cluster")
+    return get(name).tasks_named(words) if name in ENGINES else 1
 
 
 def schedules(hydra_launcher) -> bool:

@@ -15,6 +15,7 @@ from typing import Dict, Optional
 from xpdist.core import strategies
 from xpdist.core.clusterenv import TaskId
 from xpdist.core.errors import ConfigError
+from xpdist.core.schema import LocalhostCluster
 from xpdist.driver import standby
 from xpdist.driver.engines import Engine
 from xpdist.driver.launchers import follow, process
@@ -59,6 +60,18 @@ class Localhost(Engine):
         chief = " a chief," if "chief" in needs.jobs else ""
         return (f"cluster=localhost:{chief} {cfg.cluster.workers} worker(s)"
                 f"{f' and {ps} parameter server(s)' if ps else ''}, each a process on 127.0.0.1")
+
+    @classmethod
+    def tasks_named(cls, words: Dict[str, str]) -> int:
+        """The strategy's jobs (a chief, cluster.workers workers, cluster.ps parameter servers),
+        with the schema's defaults for the counts the command line does not give."""
+        try:
+            needs = strategies.get(words.get("strategy", "")).needs
+            counts = {"chief": 1, "worker": int(words.get("cluster.workers", LocalhostCluster.workers)),
+                      "ps": int(words.get("cluster.ps", LocalhostCluster.ps))}
+        except (KeyError, ValueError):  # preflight says what is wrong
+            return 1
+        return max(1, sum(counts[kind] for kind in needs.jobs))
 
     def start(self, env: Dict[str, str]) -> None:
         self.cluster = Cluster(self.cfg, self.job, env)
