@@ -149,7 +149,10 @@ def _stop(running: List[_Running], signum: int) -> None:
     for r in running:
         r.proc.join(max(0.0, deadline - time.monotonic()))
         if r.proc.is_alive():
-            os.killpg(r.proc.pid, signal.SIGKILL)
+            try:
+                os.killpg(r.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # forked a moment ago: not yet in a group of its own
+                os.kill(r.proc.pid, signal.SIGKILL)
             r.proc.join()
 
 
