@@ -141,7 +141,9 @@ def test_driver_killed_run_is_closed_by_the_next_command(xpdist):
     proc = start(xpdist, "strategy=multi_worker_mirrored", "cluster=localhost", "cluster.workers=2", "trainer=ctl",
                  "trainer.epochs=1000", "tracking.heartbeat_s=1", "dataset.num_examples=1000")
     try:
-        job_dir = wait_for_epoch(xpdist, proc, 1)
+        # until epoch 1's checkpoint too: it follows the epoch's metrics, and a kill between the
+        # two (seen once in CI) left no checkpoints folder for the check below
+        job_dir = wait_for_epoch(xpdist, proc, 1, checkpointed=True)
         tasks = psutil.Process(proc.pid).children(recursive=True)
         assert len(tasks) >= 2
         ports = set()
