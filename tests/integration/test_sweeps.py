@@ -211,6 +211,14 @@ def _start_parallel(xpdist, *overrides):
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
+def _kill_if_running(cli) -> None:
+    """A test that failed before the sweep ended leaves none of its processes."""
+    if cli.poll() is None:
+        for proc in [psutil.Process(cli.pid), *_descendants(cli.pid)]:
+            proc.kill()
+        cli.wait()
+
+
 def _wait_training(xpdist, cli, count: int, seen: set) -> None:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and cli.poll() is None:
@@ -232,10 +240,7 @@ def test_ctrl_c_of_a_parallel_sweep_kills_every_running_job_and_the_sweep(xpdist
         os.killpg(cli.pid, signal.SIGINT)
         _, err = cli.communicate(timeout=120)
     finally:
-        if cli.poll() is None:
-            for proc in [psutil.Process(cli.pid), *_descendants(cli.pid)]:
-                proc.kill()
-            cli.wait()
+        _kill_if_running(cli)
     assert cli.returncode == 130, err[-3000:]
     assert "interrupted by SIGINT" in err
     parent, children = sweep_runs(xpdist)
@@ -265,10 +270,7 @@ def test_a_parallel_job_whose_process_is_lost_fails_and_the_sweep_goes_on(xpdist
         driver.kill()
         out, err = cli.communicate(timeout=300)
     finally:
-        if cli.poll() is None:
-            for proc in [psutil.Process(cli.pid), *_descendants(cli.pid)]:
-                proc.kill()
-            cli.wait()
+        _kill_if_running(cli)
     assert cli.returncode == 1, err[-3000:]
     assert "trainer.epochs=100000: its process ended by SIGKILL before the job's end" in err, err[-3000:]
     parent, children = sweep_runs(xpdist)
