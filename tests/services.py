@@ -82,6 +82,23 @@ def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
     return False
 
 
+def free_port_base(count: int, tries: int = 50) -> int:
+    """A port p with p to p + count - 1 all free now (for SlurmClusterResolver's consecutive ports)."""
+    for _ in range(tries):
+        base = free_port()
+        if base + count - 1 > 65535:
+            continue
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(base, base + count):
+                    s = held.enter_context(socket.socket())
+                    s.bind(("", port))
+            except OSError:
+                continue
+            return base
+    raise RuntimeError(f"no {count} consecutive free ports found in {tries} tries")
+
+
 def free_port() -> int:
     try:
         import portpicker  # type: ignore[import-not-found]

@@ -6,7 +6,9 @@ the one MLflow run (a SQLite file in the test's directory: every task of this no
 
 from __future__ import annotations
 
+import contextlib
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +19,7 @@ import pytest
 
 from tests.helpers import LOG_MODEL, TINY, Xpdist
 from tests.engines.conftest import slurm_client_env
+from tests.services import free_port_base
 from tests.integration.test_cluster import weights
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -25,12 +28,24 @@ REPO = Path(__file__).resolve().parents[2]
 
 def srun(xpdist: Xpdist, slurm_env, tasks: int, out: Path, *overrides: str,
          timeout: float = 480) -> subprocess.CompletedProcess:
-    """`srun -n TASKS python -m xpdist ...`, each task's driver with its own hydra.run.dir."""
-    command = " ".join([sys.executable, "-m", "xpdist", *TINY, *overrides, "cluster=slurm",
-                        f"hydra.run.dir={out}/task-$SLURM_PROCID"])
+    """`srun -n TASKS python -m xpdist ...`, each task's driver with its own hydra.run.dir, the
+    tasks on ports free now (cluster.port_base) rather than on 8888 and up, which a process of
+    a test running beside this one may hold."""
+    command = " ".join([sys.executable, "-m", "xpdist", *TINY, f"cluster.port_base={free_port_base(tasks)}",
+                        *overrides, "cluster=slurm", f"hydra.run.dir={out}/task-$SLURM_PROCID"])
     argv = ["srun", "-n", str(tasks), "--time=10", "--kill-on-bad-exit=1", "bash", "-c", f"exec {command}"]
     return subprocess.run(argv, cwd=xpdist.workdir, env=slurm_client_env(slurm_env), capture_output=True,
                           text=True, timeout=timeout)
+
+
+@contextlib.contextmanager
+def holding(port: int):
+    """Port `port` taken (listening) for the duration, where it is free; else left to its holder."""
+    with socket.socket() as s:
+        with contextlib.suppress(OSError):
+            s.bind(("", port))
+            s.listen()
+        yield
 
 
 def epochs(xpdist: Xpdist, run, key: str = "loss") -> List[int]:
@@ -68,8 +83,9 @@ def test_multi_worker_mirrored_under_srun_matches_one_device(xpdist, slurm_env, 
     common = [f"trainer={trainer}", "model=mlp", "model.hidden_units=[8]", "dataset.num_features=4",
               "dataset.noise=0.5", "seed=7", LOG_MODEL]
     out = tmp_path / "slurm"
-    done = srun(xpdist, slurm_env, 2, out, "strategy=multi_worker_mirrored", "communication=ring", *common,
-                "dataset.per_replica_batch_size=5")
+    with holding(8888):  # SlurmClusterResolver's default base: the tasks must be on cluster.port_base
+        done = srun(xpdist, slurm_env, 2, out, "strategy=multi_worker_mirrored", "communication=ring", *common,
+                    "dataset.per_replica_batch_size=5")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "task worker:1 FINISHED" in done.stdout and "nvidia-smi" not in done.stdout + done.stderr
     runs = xpdist.runs()
@@ -111,7 +127,8 @@ def test_sbatch_script_as_the_docs_show(xpdist, slurm_env, tmp_path):
     """`sbatch [sizing options] scripts/slurm.sbatch [overrides]`, one node of 2 tasks here."""
     env = slurm_client_env(slurm_env, {"MLFLOW_TRACKING_URI": xpdist.uri})
     submit = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
-                             str(REPO / "scripts" / "slurm.sbatch"), *TINY],
+                             str(REPO / "scripts" / "slurm.sbatch"), *TINY,
+                             f"cluster.port_base={free_port_base(2)}"],
                             cwd=xpdist.workdir, env=env, capture_output=True, text=True, check=True)
     job = submit.stdout.strip().split(";")[0]
     deadline = time.monotonic() + 480
@@ -130,6 +147,17 @@ def test_sbatch_script_as_the_docs_show(xpdist, slurm_env, tmp_path):
     assert runs[0].info.status == "FINISHED", text
     assert runs[0].data.params["num_replicas"] == "2"
     assert (xpdist.workdir / "outputs" / f"slurm-{job}" / "task-1").is_dir()
+
+
+def test_port_base_out_of_range_is_refused_before_start(xpdist, slurm_env, tmp_path):
+    """The tasks' last port (port_base + tasks - 1) past 65535: one line naming the key, exit 2
+    from every task, no run recorded."""
+    done = srun(xpdist, slurm_env, 2, tmp_path / "bad", "strategy=multi_worker_mirrored", "cluster.port_base=65535",
+                timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("xpdist: error: cluster.port_base=65535")]
+    assert len(errors) == 2 and "65535 to 65536" in errors[0] and "between 1 and 65534" in errors[0], done.stderr
+    assert xpdist.runs() == []
 
 
 

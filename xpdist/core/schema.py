@@ -250,6 +250,9 @@ class SlurmCluster(ClusterBase):
     place: ClassVar[str] = "SLURM"
     # strategy=parameter_server: SLURM tasks after the chief that are parameter servers.
     ps: int = 0
+    # The task with index i on its node listens on port_base + i (SlurmClusterResolver's
+    # layout); move it where 8888 and up are taken on the nodes.
+    port_base: int = 8888
 
 
 class RayPlacement(Enum):

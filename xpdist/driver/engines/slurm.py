@@ -33,6 +33,10 @@ class Slurm(Engine):
             raise ConfigError("cluster.ps", cfg.cluster.ps, f"{cfg.strategy.name} under slurm needs a chief, cluster.ps "
                               f"parameter servers and a worker, but srun started {tasks} task(s)",
                               "Start more tasks (--ntasks) or lower cluster.ps.")
+        base, last = cfg.cluster.port_base, cfg.cluster.port_base + tasks - 1
+        if base < 1 or last > 65535:
+            raise ConfigError("cluster.port_base", base, f"the {tasks} task(s) would listen on ports {base} to {last}, "
+                              "outside 1 to 65535", f"Set cluster.port_base between 1 and {65536 - tasks}.")
 
     @classmethod
     def describe(cls, cfg, plan) -> str:

@@ -20,6 +20,6 @@ def communication_options(tf, cfg):
 def build(tf, cfg, plan):
     # Started by srun, every task is a worker; elsewhere TF_CONFIG describes the cluster.
     srun = ClusterEnv.from_environ(cfg.cluster.name).srun_started
-    resolver = slurm_resolver(tf, {"worker": slurm_tasks()}) if srun else None
+    resolver = slurm_resolver(tf, {"worker": slurm_tasks()}, cfg.cluster.port_base) if srun else None
     return strategy_class(tf, cfg, tf.distribute.MultiWorkerMirroredStrategy)(
         cluster_resolver=resolver, communication_options=communication_options(tf, cfg))

@@ -18,7 +18,7 @@ def cluster_resolver(tf, cfg):
         return resolvers.TFConfigClusterResolver()
     tasks = slurm_tasks()
     ps = max(1, int(cfg.cluster.ps))
-    return slurm_resolver(tf, {"chief": 1, "ps": ps, "worker": tasks - 1 - ps})
+    return slurm_resolver(tf, {"chief": 1, "ps": ps, "worker": tasks - 1 - ps}, cfg.cluster.port_base)
 
 
 def server(tf, cfg):
