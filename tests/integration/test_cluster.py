@@ -169,6 +169,8 @@ def test_killed_worker_restarts_the_cluster_and_training_resumes(xpdist, tmp_pat
     assert run.info.status == "FINISHED" and run.data.tags["xpdist.restarts"] == "1"
     for key in ("loss", "epoch_time_s"):  # every epoch once: no gap, no repeat
         assert epochs_logged(xpdist, run, key) == [1, 2, 3, 4, 5]
+    # Model.fit resumed from Keras' backup, made only where a task can start again.
+    assert (job / "backup").is_dir() == (trainer == "fit")
     assert_nothing_left(job)
 
 
@@ -186,6 +188,8 @@ def test_parameter_server_fit(xpdist, tmp_path):
     assert (run.data.params["cluster.ps"], run.data.params["keras"]) == ("1", "legacy")
     assert epochs_logged(xpdist, run) == [1, 2]
     assert {p.name for p in (job / "logs").iterdir()} >= {"chief-0.log", "worker-0.log", "worker-1.log", "ps-0.log"}
+    # No task can start again (cluster.max_restarts=0): no backup beside the checkpoints each epoch.
+    assert (job / "checkpoints").is_dir() and not (job / "backup").exists()
     assert_nothing_left(job)
 
 

@@ -123,6 +123,9 @@ class JobSpec:
     overrides: List[str] = dataclasses.field(default_factory=list)
     # tracking.resume: epochs the resumed MLflow run already holds (not logged again).
     logged_epochs: List[int] = dataclasses.field(default_factory=list)
+    # A task may start again in this job directory (engines.Engine.restarts_tasks): Model.fit
+    # backs up every epoch for it.
+    restartable: bool = True
 
     def write(self, job: JobDir, keep_metrics: bool = False) -> None:
         """Writes the job files; keep_metrics: the run continues (a requeued SLURM job), and the
@@ -136,7 +139,8 @@ class JobSpec:
         OmegaConf.save(OmegaConf.create(self.config), job.config)
         OmegaConf.save(OmegaConf.create(list(self.overrides)), job.overrides)
         spec = {"plan": dataclasses.asdict(self.plan), "tracking_uri": self.tracking_uri,
-                "launch_dir": self.launch_dir, "logged_epochs": list(self.logged_epochs)}
+                "launch_dir": self.launch_dir, "logged_epochs": list(self.logged_epochs),
+                "restartable": self.restartable}
         _write_atomically(job.spec, json.dumps(spec, indent=2))
 
     @classmethod
@@ -146,7 +150,7 @@ class JobSpec:
         overrides = list(OmegaConf.load(job.overrides)) if job.overrides.exists() else []
         return cls(config=config, plan=Plan(**spec["plan"]), tracking_uri=spec["tracking_uri"],
                    launch_dir=spec["launch_dir"], overrides=overrides,
-                   logged_epochs=list(spec.get("logged_epochs", [])))
+                   logged_epochs=list(spec.get("logged_epochs", [])), restartable=spec.get("restartable", True))
 
 
 @dataclasses.dataclass

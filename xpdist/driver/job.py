@@ -152,7 +152,8 @@ def _prepare(config: Dict[str, Any], plain, ctx: JobContext, uri: str, job: JobD
         # A SLURM job that SLURM requeued continues its run; its task resumes from the job dir.
         prepared.reopened = requeue.find_run(uri, plain.tracking.experiment)
     logged = prepared.resumed.logged_epochs if prepared.resumed else []
-    write_job_files(job, JobSpec(config, plan, uri, str(ctx.launch_dir), list(ctx.overrides), logged),
+    write_job_files(job, JobSpec(config, plan, uri, str(ctx.launch_dir), list(ctx.overrides), logged,
+                                 restartable=engines.of(plain).restarts_tasks(plain)),
                     keep_metrics=bool(prepared.reopened))
     return prepared
 

@@ -86,7 +86,7 @@ def build_context(tf, cfg, spec: JobSpec, strategy, job: JobDir, cluster: Cluste
     logged = set(logger.steps_with("epoch_time_s")) | set(spec.logged_epochs) if logger is not None else set()
     return TrainContext(tf=tf, keras=keras, cfg=cfg, plan=plan, strategy=strategy, model=model, optimizer=optimizer,
                         arrays=arrays, job=job, cluster=cluster, logger=logger, logged_epochs=logged,
-                        schedule=learning_rate if callable(learning_rate) else None)
+                        schedule=learning_rate if callable(learning_rate) else None, restartable=spec.restartable)
 
 
 # trainer option -> its training loop.

@@ -93,6 +93,15 @@ class Engine:
         return 1
 
     @classmethod
+    def restarts_tasks(cls, cfg) -> bool:
+        """Whether a task of the job may start again in the same job directory (a cluster
+        restart, a requeued job, an orchestrator restarting a host): Model.fit then backs up
+        every epoch (Keras' BackupAndRestore) so that the restarted task resumes where it
+        stopped. True unless the engine knows better: the backup is one more checkpoint per
+        epoch, read from every worker or parameter server."""
+        return True
+
+    @classmethod
     def schedules(cls, hydra_launcher) -> bool:
         """Whether this Hydra launcher (hydra.launcher) hands each sweep job to this engine's
         scheduler, which may stop that job alone (a Ctrl-C of the user reaches the sweep)."""

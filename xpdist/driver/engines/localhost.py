@@ -54,6 +54,11 @@ class Localhost(Engine):
                               f"Drop cluster.ps or use strategy={with_ps}.")
 
     @classmethod
+    def restarts_tasks(cls, cfg) -> bool:
+        """Only this engine starts the tasks, and again only as cluster.max_restarts allows."""
+        return cfg.cluster.max_restarts > 0
+
+    @classmethod
     def describe(cls, cfg, plan) -> str:
         needs = strategies.get(plan.strategy).needs
         ps = cfg.cluster.ps if needs.has_ps else 0

@@ -102,6 +102,11 @@ class Ray(Engine):
                               "Use e.g. cluster.resources={accelerator_a: 1}.")
 
     @classmethod
+    def restarts_tasks(cls, cfg) -> bool:
+        """Its actors are not restarted by Ray; this engine restarts them as cluster.max_restarts allows."""
+        return cfg.cluster.max_restarts > 0
+
+    @classmethod
     def describe(cls, cfg, plan) -> str:
         needs = strategies.get(plan.strategy).needs
         ps = f" and {cfg.cluster.ps} parameter server(s)" if needs.has_ps else ""

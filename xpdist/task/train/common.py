@@ -38,6 +38,8 @@ class TrainContext:
     last_epoch: Optional[int] = None
     # The learning-rate schedule the optimizer was built with (None: a constant rate).
     schedule: Optional[Any] = None
+    # A task of this job may start again in its job directory (JobSpec.restartable).
+    restartable: bool = True
 
     def step_done(self) -> None:
         """Called after every training call; remembers when the first one finished."""
