@@ -55,8 +55,8 @@ def wait_for_run(job: JobDir) -> None:
 
 
 def start_tensorflow(cfg):
-    """Imports TensorFlow (already done in a standby task) and sets devices."""
-    tf = boot.import_tensorflow(cfg.verbose)
+    """Imports TensorFlow (already done in a standby task), without Keras, and sets devices."""
+    tf = boot.import_tensorflow(cfg.verbose, keras=False)
     strategies.configure_devices(tf, cfg)
     return tf
 
@@ -208,9 +208,10 @@ def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> Optional[int]:
     plan = spec.plan
     tf = start_tensorflow(cfg)
     resolver = strategies.server(tf, cfg)
-    if resolver is not None:
+    if resolver is not None:  # it runs the coordinator's functions: no Keras is imported here
         serve(tf, resolver, job)
         return None
+    boot.import_tensorflow(cfg.verbose)  # the run's Keras, read from TF_USE_LEGACY_KERAS
     strategy = build_strategy(tf, cfg, plan)
     job.mark_ready(cluster.file_name)
     if resolved_at_run_time(plan):  # the batch and learning rate follow the replicas TensorFlow found
