@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from xpdist.api import RESULT_FILE_ENV
 from xpdist.core.errors import ConfigError
 from xpdist.core.schema import register_configs
-from xpdist.driver import check, config_errors, engines, job, standby, sweep
+from xpdist.driver import check, config_errors, engines, hydra_private, job, standby, sweep
 from xpdist.driver.launchers import process
 from xpdist.driver.tuning.space import quote_params_overrides
 from xpdist.tracking import store
@@ -157,6 +157,7 @@ def cli() -> None:
     full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
     standby.top_up(engines.local_tasks(sys.argv[1:]))  # a localhost cluster: a standby per task
+    hydra_private.mode_from_flags(sys.argv[1:])  # one compose per command, not two
     code = None
     try:
         # SIGINT/SIGTERM anywhere (not only while a task runs) closes an open sweep as KILLED.
