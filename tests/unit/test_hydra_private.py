@@ -50,10 +50,12 @@ def test_hydra_still_composes_once_more_for_the_mode():
     assert list(inspect.signature(Hydra.get_mode).parameters) == ["self", "config_name", "overrides"]
 
 
-def test_no_config_of_xpdist_sets_the_mode():
-    """No YAML file under conf/ has a `mode` key at any level (the schema's nodes live under
-    the groups' own keys, never under hydra), so hydra.mode stays unset whatever options a
-    command picks."""
+def test_only_recipes_set_the_mode():
+    """No YAML file under conf/ but a recipe's has a `mode` key at any level (the schema's
+    nodes live under the groups' own keys, never under hydra), so hydra.mode stays unset
+    whatever options but a recipe a command picks."""
+    import os
+
     from omegaconf import OmegaConf
 
     def keys(node):
@@ -65,8 +67,13 @@ def test_no_config_of_xpdist_sets_the_mode():
             for value in node:
                 yield from keys(value)
 
-    for path in sorted((REPO / "conf").rglob("*.yaml")):
-        assert "mode" not in set(keys(OmegaConf.to_container(OmegaConf.load(path)))), path
+    setting = []
+    for root, _, files in os.walk(REPO / "conf", followlinks=True):  # conf/recipe links to recipes/
+        for name in files:
+            path = Path(root) / name
+            if name.endswith(".yaml") and "mode" in set(keys(OmegaConf.to_container(OmegaConf.load(path)))):
+                setting.append(path.relative_to(REPO / "conf").parts[0])
+    assert setting and set(setting) == {"recipe"}, setting
     assert compose(["seed=1"]).hydra.mode is None
 
 
@@ -74,6 +81,7 @@ def test_no_config_of_xpdist_sets_the_mode():
     (["strategy=mirrored", "trainer.epochs=2"], True),
     (["-m", "strategy=one_device,mirrored", "hydra/launcher=local_parallel"], True),
     (["hydra.mode=MULTIRUN", "seed=1,2"], False),
+    (["recipe=strategy_sweep"], False),
     (["--config-dir", "/my/conf", "strategy=mirrored"], False),
     (["hydra.searchpath=[file:///my/conf]"], False),
 ])

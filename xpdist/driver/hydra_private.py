@@ -45,20 +45,20 @@ def job_result(ret: JobReturn):
     return ret.return_value if ret.status == JobStatus.COMPLETED else None
 
 
-# Command-line words after which a config other than xpdist's own may be composed (a user's
-# config directory or search path), or that set the mode themselves.
-_MODE_MAY_COME_FROM = ("--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn", "hydra.mode",
-                       "hydra.searchpath", "--experimental-rerun")
+# Command-line words after which a config that sets hydra.mode may be composed: a recipe (the
+# sweep recipes do), a user's config directory or search path, or the mode itself.
+_MODE_MAY_COME_FROM = ("recipe", "--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn",
+                       "hydra.mode", "hydra.searchpath", "--experimental-rerun")
 
 
 def mode_from_flags(argv: Sequence[str]) -> None:
     """Hydra's run mode from -m/--multirun alone, without its extra compose.
 
     Hydra.get_mode composes the whole config to read `hydra.mode` and answers None where the
-    config leaves it unset; Hydra then takes the mode from -m/--multirun. xpdist's configs
-    never set it (tests/unit/test_hydra_private.py checks every option), so where the command
-    line brings no other config and does not name the mode, the answer is None without the
-    compose. Elsewhere Hydra's own get_mode runs. A config that cannot compose raises in the
+    config leaves it unset; Hydra then takes the mode from -m/--multirun. Of xpdist's configs
+    only recipes set it (tests/unit/test_hydra_private.py checks every file), so where the
+    command line picks no recipe, brings no other config and does not name the mode, the
+    answer is None without the compose. Elsewhere Hydra's own get_mode runs. A config that cannot compose raises in the
     job's compose, as before (get_mode swallowed the error and answered None too).
     """
     if any(marker in word for word in argv for marker in _MODE_MAY_COME_FROM):
