@@ -12,7 +12,7 @@
   open), 0.1-0.3 s of every command. `mode_from_flags` skips it where no config can set it.
 
 hydra-core is bounded below 1.4 in pyproject.toml; tests/unit/test_hydra_private.py fails on
-the release that changes either.
+the release that changes any of them.
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ def mode_from_flags(argv: Sequence[str]) -> None:
     config leaves it unset; Hydra then takes the mode from -m/--multirun. Of xpdist's configs
     only recipes set it (tests/unit/test_hydra_private.py checks every file), so where the
     command line picks no recipe, brings no other config and does not name the mode, the
-    answer is None without the compose. Elsewhere Hydra's own get_mode runs. A config that cannot compose raises in the
-    job's compose, as before (get_mode swallowed the error and answered None too).
+    answer is None without the compose. Elsewhere Hydra's own get_mode runs. A config that
+    cannot compose raises in the job's compose, as before (get_mode swallowed the error and
+    answered None too).
     """
     if any(marker in word for word in argv for marker in _MODE_MAY_COME_FROM):
         return
