@@ -54,6 +54,8 @@ STOPS = [*BINARY, "trainer.epochs=4", "callbacks=[early_stopping]", "callbacks.e
 CLUSTER_RUNS = {"issue-mwms-ctl", "equivalence-mwms-ctl", "equivalence-mwms-fit", "equivalence-ps-ctl"}
 
 
+# Over 60 s (105 s in a full run on 2 quiet cores, 109 s in a venv): eleven CLI runs, two at a
+# time, four of them localhost clusters; every test of the module reads them, made once here.
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("training")
