@@ -82,6 +82,9 @@ def test_only_recipes_set_the_mode():
     (["-m", "strategy=one_device,mirrored", "hydra/launcher=local_parallel"], True),
     (["hydra.mode=MULTIRUN", "seed=1,2"], False),
     (["recipe=strategy_sweep"], False),
+    (["+recipe=strategy_sweep"], False),
+    (["model=custom", "model._target_=my-cnn.build"], True),  # a dash inside a value is no flag
+    (["--config-d", "/my/conf"], False),  # argparse's abbreviation of --config-dir
     (["--config-dir", "/my/conf", "strategy=mirrored"], False),
     (["hydra.searchpath=[file:///my/conf]"], False),
 ])

@@ -45,10 +45,18 @@ def job_result(ret: JobReturn):
     return ret.return_value if ret.status == JobStatus.COMPLETED else None
 
 
-# Command-line words after which a config that sets hydra.mode may be composed: a recipe (the
-# sweep recipes do), a user's config directory or search path, or the mode itself.
-_MODE_MAY_COME_FROM = ("recipe", "--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn",
-                       "hydra.mode", "hydra.searchpath", "--experimental-rerun")
+# Hydra's flags that bring no config: any other flag (--config-dir, -cp, an abbreviation
+# argparse accepts, ...) leaves the mode's discovery to Hydra.
+_PLAIN_FLAGS = {"-m", "--multirun", "-r", "--run"}
+# Override keys whose config may set hydra.mode: a recipe (the sweep recipes do), a search
+# path of the user's, the mode itself.
+_MODE_KEYS = {"recipe", "hydra.mode", "hydra.searchpath"}
+
+
+def _may_set_mode(word: str) -> bool:
+    if word.startswith("-"):
+        return word not in _PLAIN_FLAGS
+    return word.split("=", 1)[0].lstrip("+~").split("@", 1)[0] in _MODE_KEYS
 
 
 def mode_from_flags(argv: Sequence[str]) -> None:
@@ -62,7 +70,7 @@ def mode_from_flags(argv: Sequence[str]) -> None:
     cannot compose raises in the job's compose, as before (get_mode swallowed the error and
     answered None too).
     """
-    if any(marker in word for word in argv for marker in _MODE_MAY_COME_FROM):
+    if any(_may_set_mode(word) for word in argv):
         return
     Hydra.get_mode = _mode_unset
 
