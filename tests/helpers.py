@@ -7,6 +7,7 @@ Imported one way only, as `tests.helpers` (tests/ is a package); conftest.py hol
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import os
@@ -93,8 +94,40 @@ def _composed(overrides: tuple, config_name: str):
     from hydra import compose as hydra_compose, initialize_config_dir
 
     _register_configs()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"), _each_config_read_once():
         return hydra_compose(config_name=config_name, overrides=list(overrides), return_hydra_config=True)
+
+
+_READ: dict = {}
+
+
+@contextlib.contextmanager
+def _each_config_read_once():
+    """Hydra reads every config of the defaults list again at each compose (a YAML file parsed,
+    a schema node copied out of the ConfigStore): a fifth of a compose's 0.1 s, and the unit
+    tests compose 450-odd distinct override lists. While the tests' own composes run, what a
+    config path reads to is kept, and each read gets a copy of it.
+
+    Reaches inside Hydra (ConfigRepository.load_config), for the tests alone: Hydra caches a
+    read for one compose only (CachingConfigRepository) and has no public hook to keep it
+    across composes (compose time: hydra-ecosystem/hydra#1543). The files under conf/ and the
+    schema do not change while the tests run; the key holds the search path's sources.
+    """
+    from hydra._internal.config_repository import ConfigRepository
+
+    read = ConfigRepository.load_config
+
+    def load_config(self, config_path: str):
+        key = (tuple(source.full_path() for source in self.get_sources()), config_path)
+        if key not in _READ:
+            _READ[key] = read(self, config_path)
+        return copy.deepcopy(_READ[key])
+
+    ConfigRepository.load_config = load_config
+    try:
+        yield
+    finally:
+        ConfigRepository.load_config = read
 
 
 @functools.lru_cache(maxsize=None)
