@@ -94,6 +94,9 @@ def _compare_all(cases: dict) -> dict:
     return found
 
 
+# Over 60 s (63 s in CI here, in the first test's setup): the module's runs, among them two
+# localhost clusters, trained JOBS at a time, each with its MLflow model written and registered;
+# every test of the module reads them.
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     def one(name):
