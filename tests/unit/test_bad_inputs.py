@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
@@ -183,8 +183,19 @@ IN_THE_PLAN = {
 }
 
 
+def _as_bool(typed) -> bool:
+    """What OmegaConf makes of a value given to a bool key that it accepts (BooleanNode)."""
+    if not isinstance(typed, str):
+        return bool(typed)
+    try:
+        return int(typed) != 0  # "01" and "1_0" too: int() reads them
+    except ValueError:
+        return typed.lower() in ("true", "yes", "on", "y")
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(key=st.sampled_from(sorted(TYPED_KEYS)), value=_VALUE)
+@example(key="trainer.progress", value="01")  # found by the property: a string int() reads is a number
 def test_any_value_of_any_key_runs_or_is_one_line(tmp_path, key, value):
     """Either exactly one line that names the key, or the value reaches the config (and the plan)
     as typed: an accepted value is the user's, not something silently changed or dropped."""
@@ -202,8 +213,8 @@ def test_any_value_of_any_key_runs_or_is_one_line(tmp_path, key, value):
     assert isinstance(kept, TYPED_KEYS[key]), (key, text, kept)
     if TYPED_KEYS[key] is str:
         assert kept == str(typed), (key, text, kept)  # `false` reads as a bool: the string is 'False'
-    elif TYPED_KEYS[key] is bool:  # OmegaConf's rule: a number is true unless 0
-        expected = typed.lower() in ("true", "yes", "on", "y") if isinstance(typed, str) else bool(typed)
+    elif TYPED_KEYS[key] is bool:  # OmegaConf's rule: a number, or a string int() reads, is true unless 0
+        expected = _as_bool(typed)
         assert kept == expected, (key, text, kept)
     else:
         assert kept == pytest.approx(float(typed)), (key, text, kept)
