@@ -104,9 +104,9 @@ _READ: dict = {}
 @contextlib.contextmanager
 def _each_config_read_once():
     """Hydra reads every config of the defaults list again at each compose (a YAML file parsed,
-    a schema node copied out of the ConfigStore): a fifth of a compose's 0.1 s, and the unit
-    tests compose 450-odd distinct override lists. While the tests' own composes run, what a
-    config path reads to is kept, and each read gets a copy of it.
+    a schema node copied out of the ConfigStore): a sixth to a fifth of a compose's 0.1 s, and
+    the unit tests compose 450-odd distinct override lists. While the tests' own composes run,
+    what a config path reads to is kept, and each read gets a copy of it.
 
     Reaches inside Hydra (ConfigRepository.load_config), for the tests alone: Hydra caches a
     read for one compose only (CachingConfigRepository) and has no public hook to keep it
