@@ -167,7 +167,9 @@ class RayHead:
             port = s.getsockname()[1]
         self.address = f"127.0.0.1:{port}"
         self.temp = tempfile.mkdtemp(prefix="xb", dir="/tmp")  # Ray's socket paths must stay short
-        self.env = {**base_env(), "RAY_AUTH_MODE": "token"}  # its drivers too (docs/clusters.md)
+        # RAY_AUTH_MODE for its drivers too (docs/clusters.md); no drain of up to 30 s when the
+        # head is stopped by SIGTERM (see STOP_AT_ONCE in tests/engines/test_ray.py)
+        self.env = {**base_env(), "RAY_AUTH_MODE": "token", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
         self.log = Path(self.temp) / "head.log"
         start = time.perf_counter()
         with open(self.log, "w") as out:
