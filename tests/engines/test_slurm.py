@@ -138,7 +138,7 @@ def test_sbatch_script_as_the_docs_show(xpdist, slurm_env, tmp_path):
                                text=True).stdout.strip()
         if not state:  # gone from the queue: ended
             break
-        time.sleep(2)
+        time.sleep(0.5)  # the job ends some seconds in: look often
     log = xpdist.workdir / f"xpdist-{job}.out"
     assert not state, f"job {job} still {state}"
     text = log.read_text()
