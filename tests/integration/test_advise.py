@@ -164,12 +164,15 @@ def test_sigterm_closes_the_parent_and_the_probe_killed_and_leaves_no_process(tm
 
 
 def test_probes_over_their_timeout_are_stopped_recorded_and_the_search_goes_on(tmp_path):
-    # 3 s is less than a probe needs to import TensorFlow: every probe is stopped. A budget of
-    # 12 s leaves room for a second probe even where stopping the first takes seconds (with 6 s
-    # a loaded machine once stopped the first too late for a second); 256 examples make every
-    # first-round candidate a probe (none refused), more than 12 s of them.
-    done = subprocess.run([sys.executable, "-m", "xpdist", "advise", "budget_s=12", "probe_timeout_s=3", *WORDS[:-1],
-                           "dataset.num_examples=256"],
+    # 3 s is less than any probe needs, on any CPU: 3 epochs of 5,000 steps (30 s and more on 2
+    # cores). TensorFlow's import alone once took longer, but the first probe's task is the
+    # standby, which imports it while the advisor starts: on the faster CPUs a probe of a few
+    # steps finished in 2.9 s. A budget of 12 s leaves room for a second probe even where
+    # stopping the first takes seconds (with 6 s a loaded machine once stopped the first too
+    # late for a second); 256 examples make every first-round candidate a probe (none refused),
+    # more than 12 s of them.
+    done = subprocess.run([sys.executable, "-m", "xpdist", "advise", "budget_s=12", "probe_timeout_s=3", "probe_steps=5000",
+                           *WORDS[:-1], "dataset.num_examples=256"],
                           cwd=tmp_path, env=xpdist_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "no candidate finished its probe: no recommendation" in done.stdout
