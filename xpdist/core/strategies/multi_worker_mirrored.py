@@ -16,6 +16,7 @@ class MultiWorkerMirrored(StrategySpec):
     applies_to = ("communication",)  # MultiWorkerMirroredStrategy(communication_options=...)
     needs = WORKERS
     keras3_fit = Keras3Fit.cannot_train  # keras-team/keras#18624
+    fit_distributes_dataset = True
 
     def replicas(self, cfg, devices: List[str], workers: int) -> int:
         # Every GPU of every worker, else one (CPU) replica per worker.

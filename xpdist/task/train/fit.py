@@ -136,8 +136,9 @@ def train(ctx: TrainContext) -> Dict[str, float]:
         train_ds = ctx.keras.utils.experimental.DatasetCreator(
             lambda _context: worker_batches(tf, arrays.x_train, arrays.y_train, cfg, plan))
     elif strategy_spec.fit_distributes_dataset:
-        # Distributed here (as Model.fit would) so that its iterator outlives fit: see keep_iterators.
-        # Multi-worker strategies are left to Model.fit (tf-keras there, with its own sharding).
+        # Distributed here, as Model.fit would (tf-keras' and Keras 3's data adapters call the
+        # same strategy.experimental_distribute_dataset, with its auto-sharding across workers),
+        # so that its iterator outlives fit: see keep_iterators.
         if isinstance(train_ds, tf.data.Dataset):  # a custom source's batches come distributed
             train_ds = ctx.strategy.experimental_distribute_dataset(train_ds)
         train_ds = keep_iterators(train_ds)
