@@ -42,7 +42,7 @@ HAVE_RAY = importlib.util.find_spec("ray") is not None
 # For the tests' own `ray start --block` nodes: stopped by SIGTERM to their process group, a
 # node first waits for its raylet to drain (for Ray Serve's proxies), up to 30 s by default;
 # with the group's raylet and GCS stopping too, it waited the whole 30 s at every module's
-# end. 0 is Ray's documented way to skip the drain (ray._private.node.Node's SIGTERM handler).
+# end. 0 turns the drain off (the docstring of ray._private.node.Node._drain_node_before_shutdown).
 STOP_AT_ONCE = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 
 
@@ -406,7 +406,8 @@ def two_nodes(hosts, tmp_path_factory):
     of the file system lacks pytest's base temp directory, where every job directory lives."""
     need_ray()
     head, worker = hosts[0], hosts[1]
-    env = xpdist_env({"RAY_AUTH_MODE": "token", **STOP_AT_ONCE})  # both nodes and the driver read ~/.ray/auth_token
+    # RAY_AUTH_MODE: both nodes and the driver read ~/.ray/auth_token
+    env = xpdist_env({"RAY_AUTH_MODE": "token", **STOP_AT_ONCE})
     cluster = TwoNodes(head, worker, f"{head.address}:{RAY_PORT}", env, tmp_path_factory.getbasetemp())
     cluster.nodes.append(_start_node(head, ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"], env))
     try:

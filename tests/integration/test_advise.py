@@ -171,8 +171,8 @@ def test_probes_over_their_timeout_are_stopped_recorded_and_the_search_goes_on(t
     # stopping the first takes seconds (with 6 s a loaded machine once stopped the first too
     # late for a second); 256 examples make every first-round candidate a probe (none refused),
     # more than 12 s of them.
-    done = subprocess.run([sys.executable, "-m", "xpdist", "advise", "budget_s=12", "probe_timeout_s=3", "probe_steps=5000",
-                           *WORDS[:-1], "dataset.num_examples=256"],
+    done = subprocess.run([sys.executable, "-m", "xpdist", "advise", "budget_s=12", "probe_timeout_s=3",
+                           "probe_steps=5000", *WORDS[:-1], "dataset.num_examples=256"],
                           cwd=tmp_path, env=xpdist_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "no candidate finished its probe: no recommendation" in done.stdout
