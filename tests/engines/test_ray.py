@@ -219,6 +219,22 @@ def test_ray_launcher_missing_names_the_extra(monkeypatch):
                               "Install the extra: pip install 'xpdist[ray]'.")
 
 
+def test_without_the_ray_extra_hydras_plugin_scan_is_quiet(tmp_path):
+    """Without the ray extra (its modules made unimportable here), a command prints no warning
+    of Hydra's plugin scan about xpdist's Ray launcher, and hydra/launcher=ray is refused in
+    one line."""
+    blocked = ("import runpy, sys\n"
+               "sys.modules['hydra_plugins.hydra_ray_launcher'] = sys.modules['ray'] = None\n"
+               "sys.argv = ['xpdist'] + sys.argv[1:]\n"
+               "runpy.run_module('xpdist', run_name='__main__', alter_sys=True)\n")
+    done = subprocess.run([sys.executable, "-c", blocked, "-m", "hydra/launcher=ray", "seed=1,2"], cwd=tmp_path,
+                          env=xpdist_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "xpdist: error: hydra/launcher=ray: hydra_plugins.hydra_ray_launcher and ray not installed in this Python. "
+        "Install the extra: pip install 'xpdist[ray]'."], done.stderr
+
+
 # --- training on Ray ------------------------------------------------------------------------
 
 def assert_one_devices_weights(xpdist: Xpdist, job: Path, single: Path) -> None:
