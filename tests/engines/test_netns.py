@@ -160,6 +160,9 @@ def test_multi_worker_mirrored_with_a_cut_link_fails_naming_the_task(cluster_fac
 
 
 def test_parameter_server_goes_on_when_a_worker_is_cut_off(cluster_factory, hosts):
+    # Over 60 s on a slow day (62 s in a fresh-clone CI run here): four tasks on two cores, a
+    # cut-off worker noticed by gRPC's keepalive (about 20 s: GRPC_KEEPALIVE in xpdist/task/main.py), and the
+    # remaining epochs of LONG.
     cluster = cluster_factory([("chief", 0), ("ps", 0), ("worker", 0), ("worker", 1)])
     cluster.start("strategy=parameter_server", "trainer=ctl", *LONG)
     wait_for_file(cluster.workdir("chief", 0) / "out" / "checkpoints" / "ckpt-1.index", cluster)

@@ -61,6 +61,9 @@ DEFAULTS = dict(strategy=None, cross_ops="none", communication="none", cluster="
                 global_batch_size="8", per_replica_batch_size=None, learning_rate="0.01", devices=None)
 
 
+# Over 60 s in the first test's setup (83 s in a fresh-clone CI run on a slow day here): every
+# run of RUNS, each a CLI run with its own TensorFlow import, two at a time; the module's tests
+# only read them.
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("strategies")
