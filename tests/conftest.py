@@ -11,6 +11,17 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import Xpdist, store_template
+from xpdist.task.flops import CACHE_ENV as FLOPS_CACHE_ENV
+
+
+@pytest.fixture(scope="session", autouse=True)
+def flops_cache(tmp_path_factory) -> Path:
+    """The FLOP counts that runs keep for the next ones (xpdist/task/flops.py) go to a folder of
+    this test process, not to ~/.cache: a count kept by an earlier session, of older code,
+    would stand in for the counting that the tests check."""
+    folder = tmp_path_factory.mktemp("flops-cache")
+    os.environ[FLOPS_CACHE_ENV] = str(folder)
+    return folder
 
 
 @pytest.fixture

@@ -21,10 +21,11 @@ TINY_TOKENS = ["dataset=synthetic_tokens", "dataset.seq_len=16", "dataset.vocab_
                "dataset.per_replica_batch_size=16", "model.width=16", "model.ff_width=32", "model.num_heads=2"]
 
 
-def finished(xpdist, *overrides):
-    result = xpdist.run(*overrides)
+def finished(xpdist, *overrides, env=None):
+    """The run of this command (the newest of its store), FINISHED."""
+    result = xpdist.run(*overrides, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
-    (run,) = xpdist.runs()
+    run = xpdist.runs()[-1]
     assert run.info.status == "FINISHED"
     return run
 
@@ -58,8 +59,12 @@ def test_transformer_trains_under_tf_keras_with_a_given_peak(xpdist):
     assert metrics["flops_per_example"] == pytest.approx(3 * forward, rel=0.15)
 
 
-def test_cnn_flops_per_example_is_the_hand_count(xpdist):
-    run = finished(xpdist, "model=cnn", "model.filters=[32,64]", *TINY_IMAGES)
+def test_cnn_flops_per_example_is_the_hand_count(xpdist, tmp_path):
+    """Also: the count is kept for the next run of the same step, which reads it back."""
+    # Two CLI runs: over 60 s when the machine is busy (72 s beside a whole suite here).
+    kept = tmp_path / "flops-kept"
+    env = {"XPDIST_FLOPS_CACHE": str(kept)}
+    run = finished(xpdist, "model=cnn", "model.filters=[32,64]", *TINY_IMAGES, env=env)
     # Hand count, 32x32x3 images, 10 classes: conv 3x3 "same" of 32 filters at 32x32 over 3
     # channels, 2x2 max-pool, conv of 64 filters at 16x16 over 32 channels, pool, average, Dense
     # 64 -> 10. A multiply-add is 2 FLOPs; training (forward, gradients of inputs and weights)
@@ -69,6 +74,12 @@ def test_cnn_flops_per_example_is_the_hand_count(xpdist):
     assert_flop_figures(run)
     # Counting runs after training, so it is not part of first_step_s; it must stay cheap anyway.
     assert run.data.metrics["flops_count_s"] < 2.0
+
+    (count,) = kept.iterdir()
+    assert json.loads(count.read_text()) == {"flops_per_example": run.data.metrics["flops_per_example"]}
+    count.write_text(json.dumps({"flops_per_example": 12345}))  # what only a read-back can log
+    again = finished(xpdist, "model=cnn", "model.filters=[32,64]", *TINY_IMAGES, env=env)
+    assert again.info.run_id != run.info.run_id and again.data.metrics["flops_per_example"] == 12345
 
 
 LIST_APPS = ("import json, tensorflow as tf; "

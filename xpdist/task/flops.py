@@ -14,14 +14,31 @@ For the guide's cnn on 32x32x3 images this is 3 x the forward count within 1%
 about 2.5 x (measured: 44,952 for 64 -> 64 -> 64 -> 10, whose forward pass is 17,664).
 
 Counting runs after training, so it costs the first step nothing; it traces the model once
-more (measured on this 2-core CPU: 0.07 s for the cnn, 5.2 s for ResNet50).
+more (measured on this 2-core CPU: 0.07 s for the cnn, 5.2 s for ResNet50), between the last
+epoch and the run's end. So a count is kept on disk (cache_dir()) and read back by the next run
+of the same step: the model's architecture (its Keras config: layers, shapes, dtypes), the
+loss's config, the kind of labels, and the TensorFlow and Keras versions that traced it. Only
+a step built entirely of Keras's own classes is kept: the code of a user's layer, model or loss
+can change where its config does not, and its count is taken again in every run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import os
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Dict, Optional, Tuple
+
+# Where counts are kept between runs: this variable, else $XDG_CACHE_HOME/xpdist/flops, else
+# ~/.cache/xpdist/flops. Deleting the folder only costs the next runs a count each.
+CACHE_ENV = "XPDIST_FLOPS_CACHE"
+# Part of every kept count's key: raise it when what count_flops_per_example counts changes.
+COUNT_VERSION = 1
 
 # Dense peak FLOP/s of one device, by a name fragment of the GPU TensorFlow reports
 # (tf.config.experimental.get_device_details(gpu)["device_name"]), from NVIDIA's data sheets:
@@ -115,6 +132,67 @@ def peak_memory(tf) -> Dict[str, float]:
     return out
 
 
+def cache_dir() -> Path:
+    """The folder of the counts kept between runs (CACHE_ENV)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xpdist" / "flops"
+
+
+def _keras_own(obj) -> bool:
+    return type(obj).__module__.split(".")[0] in ("keras", "tf_keras")
+
+
+def _all_keras_own(layer) -> bool:
+    """Whether the layer, and every layer inside it, is one of Keras's own classes."""
+    return _keras_own(layer) and all(_all_keras_own(inner) for inner in getattr(layer, "layers", ()))
+
+
+def cache_key(tf, model, loss_fn, kind: str) -> Optional[str]:
+    """The key of this training step's count, or None where it must be counted every run: a
+    layer, model or loss of the user's (see the module's docstring) or a config Keras cannot
+    write out."""
+    if not (_all_keras_own(model) and _keras_own(loss_fn)):
+        return None
+    package = sys.modules[type(model).__module__.split(".")[0]]  # keras, or tf_keras (tf.keras has no version)
+    try:
+        # get_config, not to_json: the architecture without the compile config, whose optimizer
+        # (its learning rate follows the replicas) the counted step does not include.
+        described = {"model": [type(model).__name__, model.get_config()],
+                     "loss": [type(loss_fn).__name__, loss_fn.get_config()],
+                     "kind": kind, "tensorflow": tf.__version__, package.__name__: package.__version__,
+                     "count": COUNT_VERSION}
+        text = json.dumps(described, sort_keys=True)
+    except Exception:  # noqa: BLE001 - a config Keras cannot write out: counted, not kept
+        return None
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _kept(key: str) -> Optional[int]:
+    try:
+        return int(json.loads((cache_dir() / f"{key}.json").read_text())["flops_per_example"])
+    except (OSError, ValueError, KeyError, TypeError):  # none kept, or a file cut short: count again
+        return None
+
+
+def _keep(key: str, flops: int) -> None:
+    """Writes the count where the next run finds it, whole or not at all (a rename); a folder
+    that cannot be written only means counting again next time."""
+    folder = cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, scratch = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump({"flops_per_example": flops}, f)
+        os.replace(scratch, folder / f"{key}.json")
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(scratch)
+
+
 def figures(ctx, final: Dict[str, float]) -> Dict[str, float]:
     """The summary figures beyond the trainer's: peak memory, flops_per_example,
     achieved_flops_per_sec and (peak FLOP/s known) mfu.
@@ -127,8 +205,13 @@ def figures(ctx, final: Dict[str, float]) -> Dict[str, float]:
     memory = peak_memory(ctx.tf)
     started = time.perf_counter()
     try:
-        flops = count_flops_per_example(ctx.tf, ctx.model, losses.build_loss(ctx.keras, ctx.cfg, ctx.arrays.kind),
-                                        ctx.arrays.kind)
+        loss_fn = losses.build_loss(ctx.keras, ctx.cfg, ctx.arrays.kind)
+        key = cache_key(ctx.tf, ctx.model, loss_fn, ctx.arrays.kind)
+        flops = _kept(key) if key else None
+        if flops is None:
+            flops = count_flops_per_example(ctx.tf, ctx.model, loss_fn, ctx.arrays.kind)
+            if key:
+                _keep(key, flops)
     except Exception as err:  # noqa: BLE001 - a figure we cannot count is left out, not guessed
         print(f"xpdist: flops_per_example not counted ({type(err).__name__}: {err})", file=sys.stderr, flush=True)
         return memory
