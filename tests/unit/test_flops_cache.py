@@ -32,6 +32,10 @@ def test_the_same_step_has_the_same_key_and_another_step_another(tf_keras):
     keras.backend.clear_session()
     assert flops.cache_key(tf, cnn(keras), loss, "classification") == first
     keras.backend.clear_session()
+    compiled = cnn(keras)
+    compiled.compile(optimizer=keras.optimizers.SGD(0.5), loss=loss)  # the learning rate follows the replicas
+    assert flops.cache_key(tf, compiled, loss, "classification") == first  # the optimizer is not counted
+    keras.backend.clear_session()
     assert flops.cache_key(tf, cnn(keras, filters=16), loss, "classification") != first
     keras.backend.clear_session()
     assert flops.cache_key(tf, cnn(keras), keras.losses.SparseCategoricalCrossentropy(), "classification") != first
