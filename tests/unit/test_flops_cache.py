@@ -37,6 +37,14 @@ def test_the_same_step_has_the_same_key_and_another_step_another(tf_keras):
     assert flops.cache_key(tf, compiled, loss, "classification") == first  # the optimizer is not counted
     keras.backend.clear_session()
     assert flops.cache_key(tf, cnn(keras, filters=16), loss, "classification") != first
+
+    def built_on(width):  # a Sequential without an Input, built on its first batch
+        keras.backend.clear_session()
+        model = keras.Sequential([keras.layers.Dense(3)])
+        model(tf.zeros([1, width]))
+        return flops.cache_key(tf, model, loss, "classification")
+
+    assert built_on(4) != built_on(8)
     keras.backend.clear_session()
     assert flops.cache_key(tf, cnn(keras), keras.losses.SparseCategoricalCrossentropy(), "classification") != first
 

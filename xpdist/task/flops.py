@@ -16,10 +16,11 @@ about 2.5 x (measured: 44,952 for 64 -> 64 -> 64 -> 10, whose forward pass is 17
 Counting runs after training, so it costs the first step nothing; it traces the model once
 more (measured on this 2-core CPU: 0.07 s for the cnn, 5.2 s for ResNet50), between the last
 epoch and the run's end. So a count is kept on disk (cache_dir()) and read back by the next run
-of the same step: the model's architecture (its Keras config: layers, shapes, dtypes), the
-loss's config, the kind of labels, and the TensorFlow and Keras versions that traced it. Only
-a step built entirely of Keras's own classes is kept: the code of a user's layer, model or loss
-can change where its config does not, and its count is taken again in every run.
+of the same step: the model's architecture (its Keras config: layers, shapes, dtypes), its
+inputs' shapes, the loss's config, the kind of labels, and the TensorFlow and Keras versions
+that traced it. Only a step built entirely of Keras's own classes is kept: the code of a
+user's layer, model or loss can change where its config does not, and its count is taken
+again in every run.
 """
 
 from __future__ import annotations
@@ -158,7 +159,9 @@ def cache_key(tf, model, loss_fn, kind: str) -> Optional[str]:
     try:
         # get_config, not to_json: the architecture without the compile config, whose optimizer
         # (its learning rate follows the replicas) the counted step does not include.
+        # The inputs' shapes too: the count depends on them, whether or not a config records them.
         described = {"model": [type(model).__name__, model.get_config()],
+                     "inputs": [[list(inp.shape), str(inp.dtype)] for inp in model.inputs],
                      "loss": [type(loss_fn).__name__, loss_fn.get_config()],
                      "kind": kind, "tensorflow": tf.__version__, package.__name__: package.__version__,
                      "count": COUNT_VERSION}
