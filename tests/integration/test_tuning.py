@@ -95,6 +95,8 @@ def check_report(xpdist, parent, study):
 
 def test_resume_by_name_adds_trials_and_pruning_stops_a_hopeless_trial_early(xpdist):
     # Epochs long enough (400 steps) for the pruner to act while the trial still trains.
+    # Over 60 s on a slow day (76 s in a fresh-clone CI run here): two Optuna commands, the
+    # second resuming the study, each trial a training of up to 30 such epochs.
     # The grid sampler with this seed tries 0.02 first (a good rate), then 1e-7 (hopeless).
     study_args = [*STUDY, "trainer.epochs=30", "dataset.num_examples=2000", "trainer.steps_per_execution=1",
                   "hydra.sweeper.n_trials=1", "hydra.sweeper.study_name=resumed", "hydra.sweeper.sampler=grid",
