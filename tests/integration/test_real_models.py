@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers import xpdist_env
 from xpdist.core import keras_apps
+from xpdist.task import flops
 
 pytestmark = pytest.mark.slow
 
@@ -21,11 +22,13 @@ TINY_TOKENS = ["dataset=synthetic_tokens", "dataset.seq_len=16", "dataset.vocab_
                "dataset.per_replica_batch_size=16", "model.width=16", "model.ff_width=32", "model.num_heads=2"]
 
 
-def finished(xpdist, *overrides, env=None):
-    """The run of this command (the newest of its store), FINISHED."""
+def finished(xpdist, *overrides, env=None, runs: int = 1):
+    """The run of this command, FINISHED: the newest of its store, which then holds `runs` runs."""
     result = xpdist.run(*overrides, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
-    run = xpdist.runs()[-1]
+    stored = xpdist.runs()
+    assert len(stored) == runs
+    run = stored[-1]
     assert run.info.status == "FINISHED"
     return run
 
@@ -63,7 +66,7 @@ def test_cnn_flops_per_example_is_the_hand_count(xpdist, tmp_path):
     """Also: the count is kept for the next run of the same step, which reads it back."""
     # Two CLI runs: over 60 s when the machine is busy (72 s beside a whole suite here).
     kept = tmp_path / "flops-kept"
-    env = {"XPDIST_FLOPS_CACHE": str(kept)}
+    env = {flops.CACHE_ENV: str(kept)}
     run = finished(xpdist, "model=cnn", "model.filters=[32,64]", *TINY_IMAGES, env=env)
     # Hand count, 32x32x3 images, 10 classes: conv 3x3 "same" of 32 filters at 32x32 over 3
     # channels, 2x2 max-pool, conv of 64 filters at 16x16 over 32 channels, pool, average, Dense
@@ -78,8 +81,8 @@ def test_cnn_flops_per_example_is_the_hand_count(xpdist, tmp_path):
     (count,) = kept.iterdir()
     assert json.loads(count.read_text()) == {"flops_per_example": run.data.metrics["flops_per_example"]}
     count.write_text(json.dumps({"flops_per_example": 12345}))  # what only a read-back can log
-    again = finished(xpdist, "model=cnn", "model.filters=[32,64]", *TINY_IMAGES, env=env)
-    assert again.info.run_id != run.info.run_id and again.data.metrics["flops_per_example"] == 12345
+    again = finished(xpdist, "model=cnn", "model.filters=[32,64]", *TINY_IMAGES, env=env, runs=2)
+    assert again.data.metrics["flops_per_example"] == 12345
 
 
 LIST_APPS = ("import json, tensorflow as tf; "
