@@ -6,12 +6,21 @@ import gc
 import os
 import shutil
 import platform
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import Xpdist, store_template
-from xpdist.task.flops import CACHE_ENV as FLOPS_CACHE_ENV
+# pytest keeps each test module's assertion rewrite in tests/**/__pycache__ for the next session,
+# unless bytecode is not written (PYTHONDONTWRITEBYTECODE, set on some machines of this kind): then
+# every xdist worker rewrites the ~250 modules it collects again, 1.7 s of the fast tier's start
+# (pytest's rewrite.py reads sys.dont_write_bytecode at each import). The test processes write
+# it, as scripts/test.sh's compileall writes the bytecode of xpdist and the tests; the processes
+# the tests start keep the variable.
+sys.dont_write_bytecode = False
+
+from tests.helpers import Xpdist, store_template  # noqa: E402  (rewritten with its cache written)
+from xpdist.task.flops import CACHE_ENV as FLOPS_CACHE_ENV  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)
