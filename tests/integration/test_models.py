@@ -132,7 +132,10 @@ def test_pyfunc_predicts_what_the_trained_model_predicts(runs, predictions, name
     artifacts = done.artifacts()
     assert {"model/MLmodel", "model/model.keras", "model/input_example.json"} <= set(artifacts), artifacts
     flavour = "tensorflow" if _legacy(done) else "keras"
-    assert flavour in yaml.safe_load((done.artifact_dir() / "model" / "MLmodel").read_text())["flavors"]
+    flavours = yaml.safe_load((done.artifact_dir() / "model" / "MLmodel").read_text())["flavors"]
+    assert flavour in flavours, flavours
+    if _legacy(done):  # the Keras model, not a SavedModel of it (tests/integration/test_standby.py)
+        assert flavours["tensorflow"]["model_type"] == "keras", flavours
     found = predictions[name]
     assert "error" not in found, found
     assert found["shape"][1] == 10

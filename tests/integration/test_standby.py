@@ -13,8 +13,9 @@ import time
 
 import psutil
 import pytest
+import yaml
 
-from tests.helpers import TINY, xpdist_env
+from tests.helpers import LOG_MODEL, TINY, xpdist_env
 
 pytestmark = pytest.mark.slow
 LINEAR = ["model=linear", "dataset=synthetic_regression"]
@@ -46,6 +47,23 @@ def test_a_single_run_trains_in_the_task_started_with_the_command(xpdist, enable
 def _task_started_before_its_job(job) -> bool:
     task_started = json.loads((job / "result.json").read_text())["started_at"]
     return task_started < (job / "job.json").stat().st_mtime
+
+
+@pytest.mark.parametrize("enabled", ["1", "0"])
+def test_a_tf_keras_runs_mlflow_model_is_its_keras_model_standby_or_not(xpdist, enabled):
+    """The standby imports TensorFlow before its job says which Keras. Before
+    boot.keras_importable_as_tensorflow_keras, `import tensorflow.keras` then gave Keras 3 in a
+    tf-keras run, and MLflow's tensorflow flavour saved the model as a SavedModel of a plain
+    tf.Module (model_type tf2-module), where the same run without the standby saved the Keras
+    model: the flavour depended on which process trained."""
+    run = xpdist.run(*LINEAR, "strategy=central_storage", "hydra.run.dir=job", LOG_MODEL,
+                     env={"XPDIST_STANDBY": enabled})
+    assert run.returncode == 0, run.stdout + run.stderr
+    job = xpdist.workdir / "job"
+    assert _task_started_before_its_job(job) == (enabled == "1")
+    flavour = yaml.safe_load((job / "mlflow-model" / "MLmodel").read_text())["flavors"]["tensorflow"]
+    assert flavour["model_type"] == "keras", flavour
+    assert (job / "mlflow-model" / flavour["data"] / "model.keras").is_file()
 
 
 @pytest.mark.parametrize("launcher", ["basic", "local_parallel"])

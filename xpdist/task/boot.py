@@ -65,7 +65,37 @@ def import_tensorflow(verbose: bool, keras: bool = True):
 
         if keras:
             tf.keras.Model  # noqa: B018  (tf.keras is loaded at its first attribute)
+            keras_importable_as_tensorflow_keras(tf)
     return tf
+
+
+def keras_importable_as_tensorflow_keras(tf) -> None:
+    """Makes `import tensorflow.keras` give the Keras that `tf.keras` gives, in a process that
+    imported TensorFlow before TF_USE_LEGACY_KERAS had its final value (a standby task: its job
+    says which Keras).
+
+    TensorFlow reads the variable at two moments: at its import, for the folder where `import
+    tensorflow.keras` looks (tensorflow/__init__.py puts tf-keras's first in tensorflow.__path__
+    when it is set), and at the first `tf.keras`, for the attribute. Set in between, the
+    attribute was tf-keras and the import Keras 3. MLflow's tensorflow flavour tests
+    `isinstance(model, tensorflow.keras.models.Model)`: it took a standby task's tf-keras model
+    for a plain tf.Module and saved a SavedModel of it (model_type tf2-module, 0.9 s of tracing
+    after the last epoch), where a task that started with the variable set saves the Keras
+    model. This lays out tensorflow.__path__ as TensorFlow's import does for the variable's
+    value now; no public API chooses the Keras of `tensorflow.keras` after the import.
+    """
+    if "tensorflow.keras" in sys.modules:  # imported already: not in a task, where nothing imports it first
+        return
+    import importlib.util
+
+    spec = importlib.util.find_spec("tf_keras")  # found, not imported: a Keras 3 run has no use for it
+    if spec is None or not spec.submodule_search_locations:
+        return  # no tf-keras: nothing but Keras 3 can be found there
+    legacy = os.path.join(list(spec.submodule_search_locations)[0], "api", "_v2")  # holds tf-keras's `keras`
+    if legacy in tf.__path__:
+        tf.__path__.remove(legacy)
+    if os.environ.get("TF_USE_LEGACY_KERAS") in ("true", "True", "1"):  # TensorFlow's own test of it
+        tf.__path__.insert(0, legacy)
 
 
 @contextlib.contextmanager
