@@ -98,14 +98,16 @@ class Strategy:
     ray_head: bool = False
 
 
-def workloads(quick: bool, epochs: int | None = None, work: Path = Path(".")) -> Dict[str, Workload]:
+def workloads(quick: bool, epochs: int | None = None, work: Path = Path("."),
+              examples: int = 1024) -> Dict[str, Workload]:
     """The guide's linear example, a small CNN whose steps take milliseconds, and the same CNN
     reading TFRecord files (written by write_tfrecords) against the tf.data guide's pipeline;
-    `epochs` overrides the workloads' epoch counts (the after-training phase grew with it once)."""
+    `epochs` overrides the workloads' epoch counts (the after-training phase grew with it once);
+    `examples` the cnn's examples (longer epochs)."""
     linear_epochs = epochs or (2 if quick else 5)
     # 1,024 examples also in quick mode: with fewer, 12 epochs pass before tf.data's autotuner
     # sleeps long enough for a teardown that waits for it to show (the old after-training gap).
-    cnn = dict(examples=1024, epochs=epochs or (2 if quick else 3))
+    cnn = dict(examples=examples, epochs=epochs or (2 if quick else 3))
     files = str(work / "tfrecords" / "train-*.tfrecord")
     return {
         "cnn_tfrecord": Workload(
@@ -610,6 +612,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=REPO / "bench-results", help="folder for bench.json and bench.md")
     p.add_argument("--epochs", type=int, nargs="+", default=[2, 6, 12],
                    help="epoch counts every case runs with (the after-training phase once grew with them)")
+    p.add_argument("--examples", type=int, default=1024,
+                   help="examples of the cnn workloads (default 1,024); more for longer epochs")
     p.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS))
     p.add_argument("--docs", type=Path, default=None, help="also write the table into this page, between "
                    "the bench markers (docs/performance.md)")
@@ -646,14 +650,14 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="xpdist-bench-"))
     strats = strategies()
     if "cnn_tfrecord" in args.workloads:
-        write_tfrecords(work, 1024)
+        write_tfrecords(work, args.examples)
     (args.out / "logs").mkdir(parents=True, exist_ok=True)
     prepare_stores(work)
     if args.precision:
         print(precision_bench(args, work, args.precision_strategy))
         shutil.rmtree(work, ignore_errors=True)
         return 0
-    cases = [(workloads(args.quick, epochs, work)[w], strats[name], epochs)
+    cases = [(workloads(args.quick, epochs, work, args.examples)[w], strats[name], epochs)
              for epochs in args.epochs for name in args.strategies for w in args.workloads]
 
     head = None

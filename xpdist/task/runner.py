@@ -31,14 +31,26 @@ class NoRun(RuntimeError):
 # An epoch at least this long takes the export's preload (2-3 CPU-s on 2 cores) without its
 # steady examples/sec moving: the rate is the median epoch's, and the preload slows one.
 PRELOAD_EPOCH_S = 5.0
+# Training left, at the last epoch's pace, that the preload may overlap: long trainings of short
+# epochs (100 epochs of 1 s) end without MLflow's import after their last epoch too.
+PRELOAD_LEFT_S = 5.0
 
 
-def _epochs_outlast_the_preload(ctx: TrainContext) -> bool:
+def preload_may_start(ctx: TrainContext) -> bool:
     """Whether the export's preload may start now, during training: once the first epoch took
-    PRELOAD_EPOCH_S or more. In a shorter training it competed for the cores with every epoch
-    that counts (a 0.5-s cnn run's steady examples/sec fell from 18,750 to 9,036 here), so
-    there it runs after the last epoch (export.Preload.finish starts it)."""
-    return bool(ctx.history) and ctx.history[0].get("epoch_time_s", 0.0) >= PRELOAD_EPOCH_S
+    PRELOAD_EPOCH_S or more, or once the epochs left, at the last one's pace, take
+    PRELOAD_LEFT_S or more. The pace is read from the second epoch on: the first one's time
+    holds the tracing. A shorter training does not take it: there the preload competed for
+    the cores with every epoch that counts (a 0.5-s cnn run's steady examples/sec fell from
+    18,750 to 9,036 here), so it runs after the last epoch (export.Preload.finish starts it)."""
+    if not ctx.history:
+        return False
+    if ctx.history[0].get("epoch_time_s", 0.0) >= PRELOAD_EPOCH_S:
+        return True
+    if len(ctx.history) < 2 or ctx.last_epoch is None:
+        return False
+    left = int(ctx.cfg.trainer.epochs) - ctx.last_epoch
+    return left * ctx.history[-1].get("epoch_time_s", 0.0) >= PRELOAD_LEFT_S
 
 
 def wait_for_run(job: JobDir) -> None:
@@ -221,7 +233,7 @@ def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> Optional[int]:
     ctx = build_context(tf, cfg, spec, strategy, job, cluster)
     preloaded = None
     if cluster.is_chief and cfg.tracking.log_model:  # the export's imports, while training runs
-        preloaded = export.preload(ctx, lambda: _epochs_outlast_the_preload(ctx))
+        preloaded = export.preload(ctx, lambda: preload_may_start(ctx))
     if cluster.is_chief:  # the other workers wait for the chief in their first collective
         wait_for_run(job)
     try:
