@@ -47,7 +47,7 @@ def preload_may_start(ctx: TrainContext) -> bool:
         return False
     if ctx.history[0].get("epoch_time_s", 0.0) >= PRELOAD_EPOCH_S:
         return True
-    if len(ctx.history) < 2 or ctx.last_epoch is None:
+    if len(ctx.history) < 2:  # record_epoch sets last_epoch with every epoch it keeps
         return False
     left = int(ctx.cfg.trainer.epochs) - ctx.last_epoch
     return left * ctx.history[-1].get("epoch_time_s", 0.0) >= PRELOAD_LEFT_S
