@@ -106,9 +106,10 @@ class TrialWatch(threading.Thread):
     def _prune(self, epoch: int) -> None:
         self._trial.set_user_attr(PRUNED_ATTR, epoch)
         self.pruned_at = epoch
-        print(f"xpdist: trial {self.link['trial']['number']} pruned after epoch {epoch}: stopping its task",
-              flush=True)
-        stop_tasks(self.job)
+        number = self.link["trial"]["number"]
+        print(f"xpdist: trial {number} pruned after epoch {epoch}: stopping its task", flush=True)
+        if not stop_tasks(self.job):  # the pruner spoke after the training had ended
+            print(f"xpdist: trial {number}: no task of its job was running to stop", flush=True)
 
     def settle(self, outcome: Outcome, uri: str, run_id: Optional[str]) -> Outcome:
         """Stops watching; a pruned trial's outcome becomes FINISHED and its run is tagged."""
@@ -121,8 +122,9 @@ class TrialWatch(threading.Thread):
         return Outcome("FINISHED", restarts=outcome.restarts)
 
 
-def stop_tasks(job: JobDir) -> None:
-    """SIGTERMs the task processes this driver started for `job` (SIGKILL after process.GRACE_S).
+def stop_tasks(job: JobDir) -> int:
+    """SIGTERMs the task processes this driver started for `job` (SIGKILL after process.GRACE_S);
+    returns how many it found alive.
 
     The launcher, waiting on them in the main thread, then sees them end. They are found by
     their command line (`python -m xpdist.task <job dir>`): the launchers keep no handle this
@@ -131,7 +133,8 @@ def stop_tasks(job: JobDir) -> None:
     import psutil
 
     root = str(job.root)
-    tasks = [p for p in psutil.Process().children(recursive=False) if _is_task_of(p, root)]
+    tasks = [p for p in psutil.Process().children(recursive=False) if _is_task_of(p, root) and _alive(p)]
+    found = len(tasks)
     for sig, wait_s in ((signal.SIGTERM, process.GRACE_S), (signal.SIGKILL, 0)):
         for task in tasks:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -141,6 +144,7 @@ def stop_tasks(job: JobDir) -> None:
         while tasks and time.monotonic() < deadline:
             time.sleep(POLL_S)
             tasks = [t for t in tasks if _alive(t)]
+    return found
 
 
 def _alive(proc) -> bool:
