@@ -1,5 +1,6 @@
-"""A pruned trial's task is found and stopped by its command line (xpdist/driver/tuning/trial.py
-`stop_tasks`), with real processes: the job's task, another job's task, and a task that ended."""
+"""The job side of a trial (xpdist/driver/tuning/trial.py): a pruned trial's task found and
+stopped by its command line, with real processes (the job's task, another job's task, a task
+that ended), and a study the job cannot reach told in its output."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import time
 import psutil
 
 from xpdist.core.jobdir import JobDir
-from xpdist.driver.tuning.trial import stop_tasks
+from xpdist.driver.launchers.outcome import Outcome
+from xpdist.driver.tuning.trial import TrialWatch, stop_tasks
 
 # A stand-in with a task's command line (`... xpdist.task <job dir>`) that sleeps instead of
 # importing TensorFlow; it ends on SIGTERM as a task does.
@@ -47,3 +49,17 @@ def test_a_task_that_has_ended_is_not_counted(tmp_path):
         assert stop_tasks(job) == 0
     finally:
         done.wait(timeout=30)
+
+
+def test_a_watch_that_cannot_reach_the_study_says_so(tmp_path, capsys):
+    """A study the job cannot open (here: none of that name in its storage): the trial trains on
+    unwatched, and the job's output says that no pruner could stop it."""
+    link = {"objective": "loss", "study_name": "absent", "storage": f"sqlite:///{tmp_path / 'optuna.db'}",
+            "pruning": {"pruner": "median", "pruner_startup_trials": 1, "pruner_warmup_epochs": 0},
+            "trial": {"id": 1, "number": 3}}
+    watch = TrialWatch(link, JobDir(tmp_path / "job-3"))
+    watch.start()
+    outcome = watch.settle(Outcome("FINISHED"), uri="unused", run_id=None)
+    assert outcome.status == "FINISHED" and watch.pruned_at is None
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("xpdist: trial 3: its epochs could not be reported to the study, so no pruner could stop it ("), line

@@ -115,6 +115,9 @@ class TrialWatch(threading.Thread):
         """Stops watching; a pruned trial's outcome becomes FINISHED and its run is tagged."""
         self._halt.set()
         self.join()
+        if self.error is not None:  # the sweeper still tells the study the trial's end
+            print(f"xpdist: trial {self.link['trial']['number']}: its epochs could not be reported to the study, "
+                  f"so no pruner could stop it ({type(self.error).__name__}: {self.error})", flush=True)
         if self.pruned_at is None:
             return outcome
         if run_id:
