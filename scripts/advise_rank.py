@@ -1,6 +1,7 @@
 """Does the advisor's order predict full training? Runs `python -m xpdist advise`, then every
 candidate it finished as a full run (5 epochs, 3 repetitions, interleaved), and prints both
-tables and the Spearman rank correlation between the probes' and the full runs' medians.
+tables and the Spearman rank correlation between the probes' and the full runs' medians, and
+how well the full runs' repetitions agree with each other (the most a probe can show).
 
     python scripts/advise_rank.py --budget 120 -- model=cnn dataset=synthetic_images
     python scripts/advise_rank.py --budget 180 -- model=keras_app model.architecture=MobileNetV2 \
@@ -50,6 +51,16 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     return cov / var if var else float("nan")
 
 
+def self_agreement(runs: Sequence[Sequence[float]]) -> List[float]:
+    """How well the full runs order the candidates among themselves: for each repetition, the
+    Spearman correlation of its rates with the median of the other repetitions' (runs[c][r] is
+    candidate c's rate in repetition r). A short probe is one more such measurement, so these
+    bound what its correlation with the full runs can show."""
+    reps = len(runs[0])
+    return [spearman([c[r] for c in runs], [statistics.median(c[:r] + c[r + 1:]) for c in runs])
+            for r in range(reps)] if reps > 1 else []
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--budget", type=float, default=120)
@@ -86,6 +97,10 @@ def main() -> int:
         print(f"| {row['label']} | {rate:,.0f} | {pr:g} | {med:,.0f} ({runs}) | {fr:g} |")
     print(f"\nSpearman rank correlation (probe vs full-run medians, {len(probes)} candidates): "
           f"{spearman(probe_rates, medians):.2f}")
+    agreement = self_agreement([list(full[r["label"]]) for r in probes])
+    if agreement:
+        print("Full runs against each other (each repetition against the others' median): "
+              + ", ".join(f"{a:.2f}" for a in agreement))
     return 0
 
 
