@@ -66,7 +66,8 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=120)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--advise", nargs="*", default=["logical_cpus=[2]"], help="extra advisor keys")
+    parser.add_argument("--advise", nargs="*", default=[],
+                        help="advisor keys (default: the advisor's own, logical_cpus=[2,4] on a CPU)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     done = subprocess.run([sys.executable, "-m", "xpdist", "advise", f"budget_s={args.budget}", *args.advise,
