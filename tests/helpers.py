@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import importlib.util
 import os
 import subprocess
 import sys
@@ -26,6 +27,17 @@ REPO = Path(__file__).resolve().parents[1]
 # with LOG_MODEL (test_strategies checks the export under every strategy and trainer).
 TINY = ["trainer.epochs=2", "trainer.progress=false", "tracking.log_model=false"]
 LOG_MODEL = "tracking.log_model=true"
+
+
+def script_module(filename: str):
+    """A script of scripts/ imported as a module, once per process (registered in sys.modules
+    before it runs: a script's dataclasses look their module up there)."""
+    name = "xpdist_scripts_" + Path(filename).stem
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / filename)
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
 
 
 def xpdist_env(extra: dict | None = None) -> dict:

@@ -7,7 +7,6 @@ It checks what the benchmark writes, never how fast anything ran (the machine is
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shlex
 import subprocess
@@ -15,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO, xpdist_env
+from tests.helpers import REPO, script_module, xpdist_env
 
 # Quick mode compares xpdist with the hand-written script without MLflow.
 WAYS = {"xpdist", "script"}
@@ -64,13 +63,7 @@ def test_quick_bench_writes_json_and_markdown(tmp_path):
 
 
 def bench_module():
-    """scripts/bench.py as a module (registered first: its dataclasses look their module up)."""
-    name = "xpdist_scripts_bench"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / "bench.py")
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
+    return script_module("bench.py")
 
 
 def test_ray_rows_are_compared_with_localhost_and_their_differences_reported():

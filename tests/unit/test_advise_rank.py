@@ -3,22 +3,14 @@ with each other that bounds what a probe can show (docs/advisor.md)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import script_module
 
 
 @pytest.fixture(scope="module")
 def rank():
-    name = "xpdist_scripts_advise_rank"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / "advise_rank.py")
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
+    return script_module("advise_rank.py")
 
 
 def test_spearman_of_same_reversed_and_tied_orders(rank):

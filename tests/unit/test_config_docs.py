@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 
 import pytest
 
-from tests.helpers import REPO, compose
+from tests.helpers import REPO, compose, script_module
 from xpdist.core import schema
 
 PAGE = (REPO / "docs" / "configuration.md").read_text()
@@ -43,7 +42,5 @@ def test_every_schema_key_is_in_the_docs(section, key):
 def test_the_page_is_up_to_date():
     """What `python scripts/config_docs.py` would write, rendered here from the compositions
     test_config.py makes of every option (the same xdist group: tests/conftest.py)."""
-    spec = importlib.util.spec_from_file_location("config_docs", REPO / "scripts" / "config_docs.py")
-    config_docs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(config_docs)
+    config_docs = script_module("config_docs.py")
     assert config_docs.render(compose) == PAGE, "docs/configuration.md is out of date: run python scripts/config_docs.py"
