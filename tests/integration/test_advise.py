@@ -106,10 +106,11 @@ def test_xpdist_report_reads_the_advisor_as_a_sweep(advised):
     assert (advised["workdir"] / "report" / "report.md").exists()
 
 
-def test_a_probe_traces_steps_of_its_first_epoch_and_the_table_shows_where_they_went(tmp_path):
-    """budget_s=1: the first candidate's probe alone. Its epochs have 10 steps, so steps 2 to 4
-    of the first (which steady examples/sec leaves out) are traced: the run holds the trace
-    and the split of those steps' time, and the advisor's table shows it."""
+def test_a_probe_traces_steps_of_an_epoch_of_its_own_and_the_table_shows_where_they_went(tmp_path):
+    """budget_s=1: the first candidate's probe alone. Its epochs have 10 steps, so it trains a
+    third epoch after its probe_epochs=2 and traces that epoch's steps 2 to 4 (steps 22 to 24):
+    the run holds the trace and the split of those steps' time, and the advisor's table shows
+    it. Its steady examples/sec is epoch 2's: neither the first (tracing) nor the profiled one."""
     done = subprocess.run([sys.executable, "-m", "xpdist", "advise", "budget_s=1", "probe_timeout_s=240", "probe_epochs=2", *WORDS[:-1],
                            "dataset.num_examples=640", "dataset.per_replica_batch_size=64"],
                           cwd=tmp_path, env=xpdist_env(), capture_output=True, text=True, timeout=300)
@@ -119,7 +120,11 @@ def test_a_probe_traces_steps_of_its_first_epoch_and_the_table_shows_where_they_
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("xpdist").experiment_id])
     (probe,) = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert probe.data.params["trainer.profile_steps"] == "[2, 4]"
+    assert probe.data.params["trainer.profile_steps"] == "[22, 24]"
+    assert probe.data.params["trainer.epochs"] == "3"
+    rates = {m.step: m.value for m in client.get_metric_history(probe.info.run_id, "examples_per_sec")}
+    assert sorted(rates) == [1, 2, 3]
+    assert probe.data.metrics["steady_examples_per_sec"] == pytest.approx(rates[2])
     assert [a.path for a in client.list_artifacts(probe.info.run_id, "profile")], "the trace is an artifact"
     parts = [probe.data.metrics[k] for k in ("input_wait_fraction", "communication_fraction", "compute_fraction")]
     assert sum(parts) == pytest.approx(1.0, abs=1e-6)

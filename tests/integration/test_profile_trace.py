@@ -43,14 +43,26 @@ def traced(slow_input, logdir):
             b.set_shape([None, 4])
             return a, b
         ds = ds.map(slow).prefetch(1)
-    model.fit(ds, epochs=1, verbose=0, callbacks=[profile.fit_callback(tf, keras, 3, 6, logdir)])
+    model.fit(ds, epochs=1, verbose=0, callbacks=[profile.fit_callback(tf, keras, 3, 6, logdir, 12)])
     (trace,) = profile.trace_files(logdir)
     steps = profile.breakdown(trace)
     return {"steps": steps, "parts": profile.fractions(steps)}
 
 
+def across_epochs(logdir):
+    # Steps 5 and 6 of epochs of 6 steps run 2 to a call: epoch 0's last call and epoch 1's first.
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", steps_per_execution=2)
+    ds = tf.data.Dataset.from_tensor_slices((np.zeros((48, 4), "float32"), np.zeros((48, 1), "float32")))
+    model.fit(ds.batch(8).repeat(), epochs=2, steps_per_epoch=6, verbose=0,
+              callbacks=[profile.fit_callback(tf, keras, 5, 6, logdir, 6, 2)])
+    return [len(profile.breakdown(trace)) for trace in profile.trace_files(logdir)]
+
+
 root = sys.argv[1]
-print("RESULT " + json.dumps({speed: traced(speed == "slow", f"{root}/{speed}") for speed in ("slow", "fast")}))
+found = {speed: traced(speed == "slow", f"{root}/{speed}") for speed in ("slow", "fast")}
+found["across_epochs"] = across_epochs(f"{root}/across")
+print("RESULT " + json.dumps(found))
 """
 
 
@@ -79,6 +91,9 @@ def test_an_input_bound_step_is_told_from_a_compute_bound_one(tmp_path, legacy):
     assert advise_plan.why_slow(slow["parts"]).endswith("waits on input: raise dataset.prefetch, cache the data or "
                                                          "make its reading cheaper")
     assert advise_plan.why_slow(fast["parts"]) == ""
+    # trainer.profile_steps counts steps, not calls of several steps: one trace of the two calls
+    # that hold steps 5 and 6, on either side of an epoch's end
+    assert found["across_epochs"] == [2]
 
 
 # ---- trainer.profile_steps in a real run --------------------------------------------------------

@@ -100,15 +100,18 @@ def test_a_recommendation_from_probe_epochs_of_few_steps_says_so():
     assert "too few" not in enough["reason"]
 
 
-def test_probes_trace_steps_of_their_first_epoch_where_it_is_long_enough():
+def test_probes_trace_steps_of_one_epoch_more_where_it_is_long_enough():
     one = advise_plan.Candidate("one_device-b32", "one_device", ["strategy=one_device"], 1, 32)
     two = advise_plan.Candidate("mirrored-b32", "mirrored", ["strategy=mirrored"], 2, 32)
     ps = advise_plan.Candidate("parameter_server-b32", "parameter_server", ["strategy=parameter_server"], 2, 32)
-    assert advise_plan.profile_overrides(one, advise_plan.Settings(num_train=320)) == ["trainer.profile_steps=[2,4]"]
-    assert advise_plan.profile_overrides(two, advise_plan.Settings(num_train=320)) == []  # 5 steps: too short
-    assert advise_plan.profile_overrides(two, advise_plan.Settings(probe_steps=8)) == ["trainer.profile_steps=[2,4]"]
-    assert advise_plan.profile_overrides(one, advise_plan.Settings()) == []  # steps unknown
-    assert advise_plan.profile_overrides(ps, advise_plan.Settings(probe_steps=50)) == []  # a coordinator dispatches
+    # 10 steps an epoch, 3 probe epochs: the 4th epoch's steps 2 to 4, i.e. steps 32 to 34 of the run
+    assert advise_plan.probe_length(one, advise_plan.Settings(num_train=320)) == [
+        "trainer.epochs=4", "trainer.profile_steps=[32,34]"]
+    assert advise_plan.probe_length(two, advise_plan.Settings(num_train=320)) == ["trainer.epochs=3"]  # 5 steps
+    assert advise_plan.probe_length(two, advise_plan.Settings(probe_steps=8, probe_epochs=2)) == [
+        "trainer.epochs=3", "trainer.profile_steps=[18,20]"]
+    assert advise_plan.probe_length(one, advise_plan.Settings()) == ["trainer.epochs=3"]  # steps unknown
+    assert advise_plan.probe_length(ps, advise_plan.Settings(probe_steps=50)) == ["trainer.epochs=3"]  # a coordinator
 
 
 def test_a_step_that_waits_on_input_or_talks_is_named_in_the_recommendation():

@@ -512,9 +512,10 @@ class TrainerBase:
     # entries. Empty: mae (regression) or accuracy (classification).
     metrics: List[Any] = field(default_factory=list)
     # [first, last]: trace these training steps (counted from 0 over the run; under fit with
-    # steps_per_execution above 1, executions) with TensorFlow's profiler, in every task that
-    # trains. The trace is logged as the run's profile/ artifact, and the chief's split of
-    # their time (input wait, communication, compute) as metrics. Empty: no trace.
+    # steps_per_execution above 1, the calls that hold them) with TensorFlow's profiler, in
+    # every task that trains; the epochs traced in are left out of steady_examples_per_sec.
+    # The trace is logged as the run's profile/ artifact, and the chief's split of their time
+    # (input wait, communication, compute) as metrics. Empty: no trace.
     profile_steps: List[int] = field(default_factory=list)
 
 

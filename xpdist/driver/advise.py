@@ -2,8 +2,9 @@
 cross-device ops, which per-replica batch, measured on this machine within a time budget.
 
 The advisor enumerates the candidates the hardware allows (xpdist/driver/advise_plan.py), runs
-each as a short probe (`python -m xpdist OVERRIDES <candidate> trainer.epochs=<probe_epochs>`:
-the first epoch, with tracing, is left out of steady examples/sec), and records every probe as
+each as a short probe (`python -m xpdist OVERRIDES <candidate> trainer.epochs=<probe_epochs>`,
+and one epoch more where it traces a few steps with TensorFlow's profiler: steady examples/sec
+leaves out the first epoch, which traces the step function, and the profiled one), and records every probe as
 a child of one MLflow parent run. A failed or out-of-memory probe is recorded as such and the
 search goes on. A probe starts only while the budget has time left, so the advisor ends within
 budget_s plus one probe. It answers with a ranked table and one recommendation with the command
@@ -124,11 +125,10 @@ def advise(settings: Settings, overrides: List[str], launch_dir: Path) -> int:
 def _probe(candidate: Candidate, overrides: List[str], settings: Settings, uri: str, launch_dir: Path,
            job: int) -> Dict[str, Any]:
     """Runs one candidate as its own `python -m xpdist` process; its row of the table."""
-    words = [*overrides, *candidate.overrides, f"trainer.epochs={settings.probe_epochs}", "trainer.progress=false",
+    words = [*overrides, *candidate.overrides, *advise_plan.probe_length(candidate, settings), "trainer.progress=false",
              "tracking.log_model=false", f"tracking.uri={uri}", f"tracking.run_name=advise-{candidate.label}"]
     if settings.probe_steps:
         words.append(f"trainer.steps_per_epoch={settings.probe_steps}")
-    words += advise_plan.profile_overrides(candidate, settings)
     with tempfile.TemporaryDirectory(prefix="xpdist-advise-") as tmp:
         result_file = Path(tmp) / "result.json"
         env = {**os.environ, RESULT_FILE_ENV: str(result_file)}

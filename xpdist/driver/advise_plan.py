@@ -30,7 +30,7 @@ BATCH_KEY = "dataset.per_replica_batch_size"
 class Settings:
     # Seconds the advisor may spend: no probe starts after that (it ends within budget + one probe).
     budget_s: float = 300.0
-    # Epochs of each probe; the first (tracing) is left out of steady examples/sec.
+    # Epochs of each probe's steady rate, the first (tracing) left out of it; a profiled probe trains one more.
     probe_epochs: int = 3
     # Steps of each probe epoch (null: the data set's whole epoch).
     probe_steps: Optional[int] = None
@@ -204,23 +204,30 @@ def rank(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return done + rest
 
 
-# The steps each probe traces with TensorFlow's profiler (trainer.profile_steps): in its first
-# epoch, which steady examples/sec leaves out, past its first steps (tracing, warm-up), so the
-# trace costs the ranking nothing. A probe whose first epoch is shorter is not traced.
+# The steps each probe traces with TensorFlow's profiler (trainer.profile_steps), counted within
+# one epoch added after its probe_epochs, past that epoch's first steps. The traced epoch is left
+# out of steady examples/sec (xpdist/task/profile.traced_epochs), and the epochs the rate is taken
+# from come before it: a trace made in the first epoch left some candidates training up to 35%
+# faster for the rest of the run than they do untraced (MobileNetV2, per-replica batch 16,
+# central_storage on 4 logical CPUs: docs/advisor.md). A probe whose epochs are shorter is not
+# traced.
 PROFILED = (2, 4)
 # The share of a step that input wait or communication must take to be named as the cause.
 SLOW_SHARE = 0.3
 
 
-def profile_overrides(candidate: Candidate, settings: Settings) -> List[str]:
-    """trainer.profile_steps for a probe whose first epoch reaches past PROFILED and whose
-    strategy trains in its tasks (a coordinator's process only dispatches steps); [] otherwise."""
+def probe_length(candidate: Candidate, settings: Settings) -> List[str]:
+    """trainer.epochs of a probe, and trainer.profile_steps where it is traced: in one epoch
+    more than probe_epochs, when the candidate's epoch reaches past PROFILED and its strategy
+    trains in its tasks (a coordinator's process only dispatches steps)."""
+    untraced = [f"trainer.epochs={settings.probe_epochs}"]
     steps = settings.probe_steps
     if not steps and settings.num_train:
         steps = settings.num_train // (candidate.per_replica_batch * candidate.replicas)
     if not steps or steps <= PROFILED[1] + 1 or strategies.get(candidate.strategy).needs.coordinator:
-        return []
-    return [f"trainer.profile_steps=[{PROFILED[0]},{PROFILED[1]}]"]
+        return untraced
+    at = settings.probe_epochs * steps  # the first step of the added epoch
+    return [f"trainer.epochs={settings.probe_epochs + 1}", f"trainer.profile_steps=[{at + PROFILED[0]},{at + PROFILED[1]}]"]
 
 
 def why_slow(parts: Dict[str, Any]) -> str:

@@ -15,13 +15,14 @@ COLUMNS = (
     ("mfu", "mfu", "{:.1%}"), ("input_wait_fraction", "input wait", "{:.0%}"),
     ("communication_fraction", "communication", "{:.0%}"), ("probe_s", "probe s", "{:.1f}"),
 )
-NOTES = ("steady examples/s: the median over the probe's epochs after the first (which traces). scaling eff.: "
+NOTES = ("steady examples/s: the median over the probe's epochs after the first (which traces the step function), "
+         "without the profiled one. scaling eff.: "
          "examples/s per replica over the best one-replica probe's at the same per-replica batch. peak memory: "
          "the task's peak resident memory (a GPU's allocator peak on a GPU). achieved GFLOP/s: flops_per_example "
          "(TensorFlow's profiler) x steady examples/s. mfu: that over the devices' peak FLOP/s, where known "
          "(empty on a CPU without devices.peak_flops). input wait, communication: their shares of the steps "
-         "the probe traced in its first epoch (trainer.profile_steps; empty where its first epoch was too short "
-         "or a coordinator dispatches the steps). OOM: the probe ran out of memory; TIMEOUT: stopped after "
+         "the probe traced in an epoch added after its probe_epochs (trainer.profile_steps; empty where its epochs "
+         "were too short or a coordinator dispatches the steps). OOM: the probe ran out of memory; TIMEOUT: stopped after "
          "probe_timeout_s.")
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence, Set, Tuple
 
 STEP_FUNCTIONS = ("multi_step_on_iterator", "one_step_on_iterator", "train_function", "_train_steps")
 _INPUT = re.compile(r"^IteratorGetNext(Op|AsOptional)?(::DoCompute)?$")
@@ -30,29 +30,28 @@ _COMMUNICATION = re.compile(r"AllReduce|Collective|Nccl|RecvTensor|_Send|_Recv|:
 Interval = Tuple[int, int]  # picoseconds from the trace's zero
 
 
-def fit_callback(tf, keras, first: int, last: int, logdir: Path):
-    """A Keras callback that traces training steps first..last (counted from 0 over the whole
-    run, not per epoch) into logdir. Both Keras flavours have LambdaCallback."""
-    seen = {"step": -1, "on": False}
+def fit_callback(tf, keras, first: int, last: int, logdir: Path, steps_per_epoch: int,
+                 steps_per_execution: int = 1):
+    """A Keras callback that traces training steps first..last, counted from 0 over the whole
+    run as trainer=ctl counts them (epoch e's step b is e * steps_per_epoch + b), whatever
+    steps_per_execution is. Both Keras flavours pass a call's first step in its epoch to
+    on_train_batch_begin and its last to on_train_batch_end, and have LambdaCallback."""
+    window = StepWindow(tf, first, last, logdir)
+    epoch = {"at": 0}  # the first step of the current epoch
+
+    def epoch_begin(number, logs=None):
+        epoch["at"] = number * steps_per_epoch
 
     def begin(batch, logs=None):
-        seen["step"] += 1
-        if seen["step"] == first and not seen["on"]:
-            tf.profiler.experimental.start(str(logdir))
-            seen["on"] = True
+        window.before(epoch["at"] + batch, steps_per_execution)
 
     def end(batch, logs=None):
-        if seen["on"] and seen["step"] >= last:
-            tf.profiler.experimental.stop()
-            seen["on"] = False
+        # Keras 3 counts a last call of an epoch that steps_per_execution does not divide as if
+        # it were whole: its end is the epoch's last step.
+        window.after(epoch["at"] + min(batch, steps_per_epoch - 1), 1)
 
-    def train_end(logs=None):  # training ended inside the window: the trace is still written
-        if seen["on"]:
-            tf.profiler.experimental.stop()
-            seen["on"] = False
-
-    return keras.callbacks.LambdaCallback(on_train_batch_begin=begin, on_train_batch_end=end,
-                                          on_train_end=train_end)
+    return keras.callbacks.LambdaCallback(on_epoch_begin=epoch_begin, on_train_batch_begin=begin,
+                                          on_train_batch_end=end, on_train_end=lambda logs=None: window.close())
 
 
 class StepWindow:
@@ -88,6 +87,16 @@ def window(ctx):
     if not steps:
         return None
     return steps[0], steps[1], ctx.job.profile / ctx.cluster.file_name
+
+
+def traced_epochs(cfg, steps_per_epoch: int) -> Set[int]:
+    """The epochs (numbered from 1) that trainer.profile_steps reaches into: their rate is not
+    the run's steady one (the trace's own cost, and some runs train faster once traced), so
+    steady examples/sec leaves them out."""
+    steps = list(cfg.trainer.profile_steps)
+    if not steps or steps_per_epoch < 1:
+        return set()
+    return set(range(steps[0] // steps_per_epoch + 1, steps[1] // steps_per_epoch + 2))
 
 
 def summary(ctx) -> Dict[str, float]:

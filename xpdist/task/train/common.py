@@ -12,6 +12,7 @@ from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.jobdir import JobDir
 from xpdist.core.plan import Plan
 from xpdist.core.taskenv import LAUNCHED_AT_ENV
+from xpdist.task import profile
 from xpdist.task.schedules import current_rate
 
 
@@ -29,6 +30,8 @@ class TrainContext:
     cluster: ClusterEnv
     logger: Optional[Any]  # jobdir.MetricFile on the chief, None elsewhere
     history: List[Dict[str, float]] = field(default_factory=list)
+    # The epoch (1-based) of each entry of history.
+    history_epochs: List[int] = field(default_factory=list)
     # Epochs already in the MLflow run: a restarted cluster retrains from its last recovery
     # checkpoint and may redo an epoch it had logged; that epoch is not logged twice.
     logged_epochs: Set[int] = field(default_factory=set)
@@ -75,6 +78,7 @@ def record_epoch(ctx: TrainContext, epoch: int, logs: Dict[str, float], train_s:
         ctx.logger.flush()
         ctx.logged_epochs.add(epoch)
     ctx.history.append(metrics)
+    ctx.history_epochs.append(epoch)
     return metrics
 
 
@@ -173,13 +177,22 @@ def final_metrics(ctx: TrainContext) -> Dict[str, float]:
     if not ctx.history:
         return {}
     last = dict(ctx.history[-1])
-    # The first epoch includes tracing; steady-state throughput is the median of the others.
-    rates = sorted(h["examples_per_sec"] for h in ctx.history[1:]) or [last["examples_per_sec"]]
-    last["steady_examples_per_sec"] = rates[len(rates) // 2]
+    last["steady_examples_per_sec"] = steady_rate(ctx)
     if ctx.first_step_at is not None:
         # Start-up cost as a user feels it: from the task process's start to one finished step.
         last["first_step_s"] = ctx.first_step_at - process_started_at()
     return last
+
+
+def steady_rate(ctx: TrainContext) -> float:
+    """The median examples/sec of the epochs after the first (which holds the step function's
+    tracing), without those trainer.profile_steps traced (profile.traced_epochs): all epochs
+    after the first if that leaves none, the only epoch's in a run of one."""
+    traced = profile.traced_epochs(ctx.cfg, ctx.plan.steps_per_epoch)
+    later = list(zip(ctx.history_epochs, ctx.history))[1:]
+    rates = (sorted(h["examples_per_sec"] for epoch, h in later if epoch not in traced)
+             or sorted(h["examples_per_sec"] for _, h in later) or [ctx.history[-1]["examples_per_sec"]])
+    return rates[len(rates) // 2]
 
 
 def process_started_at() -> float:

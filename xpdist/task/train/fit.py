@@ -97,7 +97,8 @@ def _callbacks(ctx: TrainContext):
         callbacks.append(Checkpoints(manager))
     traced = profile.window(ctx)
     if traced is not None:  # profiled runs only; its batch hooks read no logs (see logs_stay_tensors)
-        callbacks.append(logs_stay_tensors(profile.fit_callback(ctx.tf, keras, *traced)))
+        callbacks.append(logs_stay_tensors(profile.fit_callback(ctx.tf, keras, *traced, ctx.plan.steps_per_epoch,
+                                                                ctx.plan.steps_per_execution)))
     if ctx.cluster.in_cluster and ctx.restartable:
         # Last, so an epoch is in MLflow before its backup: a restart then never leaves a
         # gap in the run's metrics (a redone epoch is not logged twice, see record_epoch).
