@@ -50,12 +50,16 @@ def fit_callback(tf, keras, first: int, last: int, logdir: Path, steps_per_epoch
         # it were whole: its end is the epoch's last step.
         window.after(epoch["at"] + min(batch, steps_per_epoch - 1), 1)
 
+    def train_end(logs=None):  # training ended inside the window: the trace is still written
+        window.close()
+
     return keras.callbacks.LambdaCallback(on_epoch_begin=epoch_begin, on_train_batch_begin=begin,
-                                          on_train_batch_end=end, on_train_end=lambda logs=None: window.close())
+                                          on_train_batch_end=end, on_train_end=train_end)
 
 
 class StepWindow:
-    """trainer=ctl's trace of steps first..last, for a loop that runs `count` steps per call.
+    """The trace of steps first..last, for a loop that runs `count` steps per call (trainer=ctl's
+    loop, and Model.fit's through fit_callback).
 
     Call around each call of the step function: `before(step, count)` starts the profiler
     when the call reaches `first`, `after(step, count)` stops it once the call ran `last`;
