@@ -4,10 +4,10 @@ cross-device ops, which per-replica batch, measured on this machine within a tim
 The advisor enumerates the candidates the hardware allows (xpdist/driver/advise_plan.py), runs
 each as a short probe (`python -m xpdist OVERRIDES <candidate> trainer.epochs=<probe_epochs>`,
 and one epoch more where it traces a few steps with TensorFlow's profiler: steady examples/sec
-leaves out the first epoch, which traces the step function, and the profiled one), and records every probe as
-a child of one MLflow parent run. A failed or out-of-memory probe is recorded as such and the
-search goes on. A probe starts only while the budget has time left, so the advisor ends within
-budget_s plus one probe. It answers with a ranked table and one recommendation with the command
+leaves out the first epoch, which traces the step function, and the profiled one), and records
+every probe as a child of one MLflow parent run. A failed or out-of-memory probe is recorded as
+such and the search goes on. A probe starts only while the budget has time left, so the advisor
+ends within budget_s plus one probe. It answers with a ranked table and one recommendation with the command
 line to train with; the parent run holds the table (advice.md, advice.csv) and a chart
 (advice.png), and the usual sweep summary, so `xpdist-report` shows it like any sweep.
 This process never imports TensorFlow: probes are processes of their own.

@@ -227,7 +227,8 @@ def probe_length(candidate: Candidate, settings: Settings) -> List[str]:
     if not steps or steps <= PROFILED[1] + 1 or strategies.get(candidate.strategy).needs.coordinator:
         return untraced
     at = settings.probe_epochs * steps  # the first step of the added epoch
-    return [f"trainer.epochs={settings.probe_epochs + 1}", f"trainer.profile_steps=[{at + PROFILED[0]},{at + PROFILED[1]}]"]
+    return [f"trainer.epochs={settings.probe_epochs + 1}",
+            f"trainer.profile_steps=[{at + PROFILED[0]},{at + PROFILED[1]}]"]
 
 
 def why_slow(parts: Dict[str, Any]) -> str:

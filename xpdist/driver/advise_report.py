@@ -21,9 +21,9 @@ NOTES = ("steady examples/s: the median over the probe's epochs after the first 
          "the task's peak resident memory (a GPU's allocator peak on a GPU). achieved GFLOP/s: flops_per_example "
          "(TensorFlow's profiler) x steady examples/s. mfu: that over the devices' peak FLOP/s, where known "
          "(empty on a CPU without devices.peak_flops). input wait, communication: their shares of the steps "
-         "the probe traced in an epoch added after its probe_epochs (trainer.profile_steps; empty where its epochs "
-         "were too short or a coordinator dispatches the steps). OOM: the probe ran out of memory; TIMEOUT: stopped after "
-         "probe_timeout_s.")
+         "the probe traced in an epoch added after its probe_epochs (trainer.profile_steps; empty where its "
+         "epochs were too short or a coordinator dispatches the steps). OOM: the probe ran out of memory; "
+         "TIMEOUT: stopped after probe_timeout_s.")
 
 
 def _cells(ranked: List[Dict[str, Any]]) -> List[List[str]]:
