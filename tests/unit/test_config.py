@@ -186,3 +186,49 @@ def test_a_users_own_mapping_takes_new_keys_without_plus(overrides, node):
     group = node.split(".")[0]
     with pytest.raises(ConfigCompositionException):  # the option's own keys stay closed
         compose(overrides[:-1] + [f"{group}.typo.{new_key}=1"])
+
+
+# Override lists of each kind the tests compose: options chosen (one group twice), a list of
+# options, options and values interleaved, keys added (+) and forced (++), a mapping, a null,
+# a recipe, a group of Hydra's own with a value of the hydra node, an option deleted; and
+# lists Hydra refuses, at the options (a deletion among them) or at the values.
+KINDS = [
+    [],
+    ["trainer.epochs=3", "strategy=mirrored", "cross_ops=hierarchical", "devices.logical_cpus=2"],
+    ["callbacks=[early_stopping]", "trainer.epochs=3", "callbacks=[early_stopping,terminate_on_nan]"],
+    ["model=cnn", "+model.filters=[8]", "dataset=synthetic_images", "dataset.num_examples=50"],
+    ["optimizer.lr_scaling=table", "++optimizer.lr_table={8: 0.1, 16: 0.2}"],
+    ["dataset=custom", "dataset.num_examples=null", "trainer.steps_per_epoch=7"],
+    ["dataset=tfrecord", "dataset.files=[data/*.tfrecord]", "+dataset.features.x={dtype: float32, shape: [8]}"],
+    ["recipe=strategy_sweep", "trainer.epochs=1"],
+    ["hydra/sweeper=optuna", "++hydra.sweeper.params.optimizer.learning_rate='interval(0.1, 0.2)'"],
+    ["~schedule", "trainer.epochs=2"],
+    ["~callbacks"],
+    ["strategy=mirrord"],
+    ["model=linear", "model.filters=[8]"],
+    ["+sed=1"],
+]
+
+
+@pytest.mark.parametrize("overrides", KINDS, ids=[" ".join(k) or "none" for k in KINDS])
+def test_the_tests_kept_compose_steps_compose_what_hydra_composes(overrides):
+    """tests/helpers.compose keeps a compose's defaults list and merge per choice of options
+    (_each_choice_of_groups_merged_once): the same config, hydra node and flags included, and the
+    same error, as Hydra composing from scratch."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    def outcome(compose_once):
+        try:
+            cfg = compose_once()
+        except Exception as err:  # noqa: BLE001  (the error is what is compared)
+            return type(err).__name__, str(err), str(err.__cause__)
+        flags = [(OmegaConf.is_struct(node), OmegaConf.is_readonly(node)) for node in (cfg, cfg.hydra, cfg.trainer)]
+        return OmegaConf.to_yaml(cfg), flags
+
+    compose(["strategy=mirrored"])  # the kept steps hold some other choice first
+
+    def from_scratch():
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            return hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+
+    assert outcome(lambda: compose(overrides)) == outcome(from_scratch)
