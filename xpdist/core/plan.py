@@ -118,7 +118,7 @@ def make_plan(cfg, launch_dir: Path) -> Plan:
     global_batch = per_replica * n_replicas
     n_train, n_val = split_sizes(cfg, launch_dir, global_batch)
     n = n_train + n_val
-    steps = cfg.trainer.steps_per_epoch or n_train // global_batch
+    steps = epoch_steps(cfg.trainer.steps_per_epoch, n_train, global_batch)
     spec = strategies.of(cfg)
     fields: Dict[str, Any] = dict(
         strategy=spec.name,
@@ -146,6 +146,12 @@ def make_plan(cfg, launch_dir: Path) -> Plan:
 DENSE_ONLY = ("linear", "mlp")
 # Upper bound of the automatic steps_per_execution.
 MAX_AUTO_STEPS_PER_EXECUTION = 32
+
+
+def epoch_steps(steps_per_epoch, num_train: int, global_batch: int) -> int:
+    """Training steps of an epoch: trainer.steps_per_epoch where set, else the training split's
+    whole global batches (the advisor's probes count theirs the same way)."""
+    return int(steps_per_epoch or num_train // global_batch)
 
 
 def steps_per_execution(cfg, steps_per_epoch: int, num_replicas: int) -> int:
@@ -188,7 +194,7 @@ def with_replicas(cfg, plan: Plan, num_replicas: int) -> Plan:
     if num_replicas == plan.num_replicas:
         return plan
     global_batch = plan.per_replica_batch_size * num_replicas
-    steps = cfg.trainer.steps_per_epoch or plan.num_train // global_batch
+    steps = epoch_steps(cfg.trainer.steps_per_epoch, plan.num_train, global_batch)
     fields = dict(dataclasses.asdict(plan), num_replicas=num_replicas, global_batch_size=global_batch,
                   learning_rate=learning_rate(cfg, global_batch), steps_per_epoch=int(steps),
                   validation_steps=plan.num_val // global_batch)

@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from xpdist.core import strategies
+from xpdist.core import plan, strategies
 from xpdist.core.errors import ConfigError
 
 # Keys the advisor sets on each probe: the user cannot set them too.
@@ -221,9 +221,7 @@ def probe_length(candidate: Candidate, settings: Settings) -> List[str]:
     more than probe_epochs, when the candidate's epoch reaches past PROFILED and its strategy
     trains in its tasks (a coordinator's process only dispatches steps)."""
     untraced = [f"trainer.epochs={settings.probe_epochs}"]
-    steps = settings.probe_steps
-    if not steps and settings.num_train:
-        steps = settings.num_train // (candidate.per_replica_batch * candidate.replicas)
+    steps = probe_steps(settings, candidate.per_replica_batch * candidate.replicas)
     if not steps or steps <= PROFILED[1] + 1 or strategies.get(candidate.strategy).needs.coordinator:
         return untraced
     at = settings.probe_epochs * steps  # the first step of the added epoch
@@ -269,7 +267,7 @@ def recommend(ranked: List[Dict[str, Any]], overrides: List[str], settings: Opti
         reason += f"; first step after {best['first_step_s']:.1f} s"
     if why_slow(best):
         reason += f"; even so, {why_slow(best)}"
-    steps = _steps(best, settings)
+    steps = probe_steps(settings, best.get("global_batch"))
     if steps is not None and steps < MIN_STEPS:
         reason += (f". Caution: its probe epochs had {steps} steps, too few for a steady rate; give the probes "
                    f"more data (dataset.num_examples) or probe_steps")
@@ -277,10 +275,10 @@ def recommend(ranked: List[Dict[str, Any]], overrides: List[str], settings: Opti
     return {"label": best["label"], "reason": reason, "command": command, "examples_per_sec": best["examples_per_sec"]}
 
 
-def _steps(row: Dict[str, Any], settings: Optional[Settings]) -> Optional[int]:
-    """Training steps of one of the row's probe epochs, where known."""
+def probe_steps(settings: Optional[Settings], global_batch: Optional[int]) -> Optional[int]:
+    """Training steps of a probe epoch at this global batch (core.plan.epoch_steps), where known."""
     if settings is not None and settings.probe_steps:
         return settings.probe_steps
-    if settings is None or not settings.num_train or not row.get("global_batch"):
+    if settings is None or not settings.num_train or not global_batch:
         return None
-    return settings.num_train // int(row["global_batch"])
+    return plan.epoch_steps(None, settings.num_train, int(global_batch))
