@@ -192,8 +192,9 @@ def _each_choice_of_groups_merged_once():
             isinstance(override.value(), dict) or not repo.group_exists(override.key_or_group))
 
     def kept_defaults_list(repo, config_name, overrides_list, prepend_hydra, skip_missing):
-        values = [o for o in overrides_list if is_value(repo, o)]
-        choices = [o for o in overrides_list if not is_value(repo, o)]
+        values, choices = [], []
+        for override in overrides_list:
+            (values if is_value(repo, override) else choices).append(override)
         key = (sources(repo), config_name, tuple(o.input_line for o in choices), prepend_hydra, skip_missing)
         if key not in _DEFAULTS:
             _DEFAULTS[key] = defaults_list(repo=repo, config_name=config_name, overrides_list=choices,
