@@ -17,7 +17,7 @@ import shutil
 import signal
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from xpdist.core.clusterenv import TaskId
 from xpdist.core.errors import ConfigError
@@ -37,6 +37,20 @@ RETRY_PLACE_S = 2.0
 JOB_FILES = ("spec", "config", "overrides", "run_ready", "metrics", "checkpoints", "backup")
 # The exit code of a task whose actor was lost: as if killed, which a restart may cure.
 LOST = -signal.SIGKILL
+
+
+def distinct(addresses: Dict[TaskId, str], ask_again: Callable[[TaskId], str]) -> Dict[TaskId, str]:
+    """The tasks' addresses, none twice. Each actor picks a free port on its node by itself
+    (_ray_node.Node.address), and two tasks on one node were once handed the same one (a CI
+    run: both TensorFlow servers at 192.0.2.2:37701, the second could not start). A task whose
+    address an earlier task holds asks again (ask_again(task)) until it has one of its own:
+    portpicker never hands one process the same port twice."""
+    taken: Dict[TaskId, str] = {}
+    for task, address in addresses.items():
+        while address in taken.values():
+            address = ask_again(task)
+        taken[task] = address
+    return taken
 
 
 class Unplaced(Exception):
@@ -164,6 +178,8 @@ class RayTasks:
             try:
                 addresses = self.ask({t: a.address.remote() for t, a in self.actors.items()},
                                      max(1.0, deadline - time.monotonic()))
+                addresses = distinct(addresses, lambda t: self.ask(
+                    {t: self.actors[t].address.remote()}, max(1.0, deadline - time.monotonic()))[t])
                 break
             except TaskFailed:
                 # An actor placed on a node that has just died, before Ray has noticed (it misses
