@@ -13,7 +13,6 @@ train), one strategy object per kind. MLflow is not involved: the CLI tests cove
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -113,8 +112,10 @@ def _task(root: Path, cells: List[Cell]) -> None:
     fixed = {(s.plan.keras, cfg.devices.logical_cpus) for _, cfg, s in jobs}
     assert len(fixed) == 1, f"one Keras flavour and logical CPU count per process, not {fixed}"
 
-    from xpdist.task import runner
+    from xpdist.task import boot, runner
     from xpdist.task.main import prepare_environment
+
+    boot.private_tempdir()  # AutoGraph's files, which exit_now (below) removes with it
 
     prepare_environment(jobs[0][1], jobs[0][2].plan)
     tf = runner.start_tensorflow(jobs[0][1])
@@ -141,7 +142,8 @@ def _task(root: Path, cells: List[Cell]) -> None:
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
     _task(Path(sys.argv[1]), [(name, overrides) for name, overrides in json.loads(sys.argv[2])])
-    # As the task ends (xpdist/task/main.py): the kept iterators (keep_iterators) are never
-    # destroyed, since destroying one waits on tf.data's autotuner thread, asleep up to 60 s.
-    sys.stdout.flush()
-    os._exit(0)
+    # As the task ends: the kept iterators (keep_iterators) are never destroyed, since destroying
+    # one waits on tf.data's autotuner thread, asleep up to 60 s.
+    from xpdist.task.main import exit_now
+
+    exit_now(0)

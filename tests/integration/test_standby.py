@@ -31,10 +31,22 @@ def standby_tasks(cwd) -> list:
     return found
 
 
+def temp_dir(xpdist):
+    """A temporary directory of the test's own, for the command's TMPDIR: what it leaves there
+    is what a run leaves in /tmp."""
+    made = xpdist.workdir / "tmp"
+    made.mkdir()
+    return made
+
+
 @pytest.mark.parametrize("enabled", ["1", "0"])
 def test_a_single_run_trains_in_the_task_started_with_the_command(xpdist, enabled):
-    run = xpdist.run(*LINEAR, "hydra.run.dir=job", env={"XPDIST_STANDBY": enabled})
+    tmp = temp_dir(xpdist)
+    run = xpdist.run(*LINEAR, "hydra.run.dir=job", env={"XPDIST_STANDBY": enabled, "TMPDIR": str(tmp)})
     assert run.returncode == 0, run.stdout + run.stderr
+    # AutoGraph's source files, which TensorFlow deletes at exit, left by a task ending with
+    # os._exit before xpdist.task.boot.private_tempdir
+    assert not list(tmp.iterdir()), "the run left temporary files"
     job = xpdist.workdir / "job"
     # With the standby the task process is older than its job (job.json is written once the
     # config was composed and checked); with XPDIST_STANDBY=0 it is not.
@@ -92,9 +104,11 @@ def test_a_localhost_clusters_chief_is_the_standby_and_writes_its_log(xpdist):
     # multi_worker_mirrored on 2 localhost workers: worker 0, the chief, is the task started with
     # the command (it imported TensorFlow while the driver composed the job); worker 1 starts
     # once the job is known. Each task's output is in its own log, the chief's too.
+    tmp = temp_dir(xpdist)
     run = xpdist.run(*LINEAR, "strategy=multi_worker_mirrored", "cluster=localhost", "cluster.workers=2",
-                     "trainer.progress=true", "hydra.run.dir=job")
+                     "trainer.progress=true", "hydra.run.dir=job", env={"TMPDIR": str(tmp)})
     assert run.returncode == 0, run.stdout + run.stderr
+    assert not list(tmp.iterdir()), "the cluster's tasks left temporary files"
     job = xpdist.workdir / "job"
     assert _task_started_before_its_job(job)
     for log in ("worker-0.log", "worker-1.log"):

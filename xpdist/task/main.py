@@ -89,7 +89,10 @@ def exit_now(code: int) -> None:
 
     Everything the task owes is written by now (result.json, MLflow, checkpoints); unwinding
     TensorFlow's runtime and module graph at exit took seconds here, which the user waits for.
+    The temporary files the task's libraries meant to delete at exit go with its own temporary
+    directory (boot.private_tempdir).
     """
+    boot.remove_private_tempdir()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
