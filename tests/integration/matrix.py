@@ -115,7 +115,7 @@ def _task(root: Path, cells: List[Cell]) -> None:
     from xpdist.task import boot, runner
     from xpdist.task.main import prepare_environment
 
-    boot.private_tempdir()  # AutoGraph's files, which exit_now (below) removes with it
+    boot.private_tempdir(JobDir(root).own_scratch())  # AutoGraph's files: exit_now (below) removes them
 
     prepare_environment(jobs[0][1], jobs[0][2].plan)
     tf = runner.start_tensorflow(jobs[0][1])

@@ -44,7 +44,9 @@ def cluster_ports(job_dir: Path) -> Set[int]:
 
 
 def assert_nothing_left(job_dir: Path) -> None:
-    """No task process of this job runs and none of its ports listens (allowing the kernel a moment)."""
+    """No task process of this job runs and none of its ports listens (allowing the kernel a
+    moment); no task's temporary folder is left, a killed task's included (JobDir.scratch)."""
+    assert not JobDir(job_dir).scratch.exists(), list(JobDir(job_dir).scratch.rglob("*"))
     deadline = time.monotonic() + 10
     while True:
         procs = [p for p in psutil.process_iter(["cmdline"])

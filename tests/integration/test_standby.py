@@ -47,6 +47,7 @@ def test_a_single_run_trains_in_the_task_started_with_the_command(xpdist, enable
     # AutoGraph's source files, which TensorFlow deletes at exit, left by a task ending with
     # os._exit before xpdist.task.boot.private_tempdir
     assert not list(tmp.iterdir()), "the run left temporary files"
+    assert not (xpdist.workdir / "job" / "tmp").exists(), "the task's own temporary folder is left"
     job = xpdist.workdir / "job"
     # With the standby the task process is older than its job (job.json is written once the
     # config was composed and checked); with XPDIST_STANDBY=0 it is not.

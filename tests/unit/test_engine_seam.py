@@ -8,7 +8,9 @@ through the interface.
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -22,6 +24,7 @@ from tests.unit.unit_helpers import CONF, plain
 from xpdist.core import schema
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
+from xpdist.core.jobdir import JobDir
 from xpdist.driver import engines, job, preflight
 from xpdist.driver.launchers import process
 from xpdist.driver.launchers.outcome import Outcome, outcome_from
@@ -85,9 +88,30 @@ def test_ctrl_c_stops_the_tasks_with_sigint_and_always_closes(tmp_path):
         def close(self):
             calls.append("close")
 
+    job_dir = JobDir(tmp_path)
+    ended = job_dir.scratch / f"{socket.gethostname()}-{_ended_pid()}"  # a task killed outright left it
+    ended.mkdir(parents=True)
     with pytest.raises(process.Interrupted):
-        engines.launch(Interrupted(None, None, None), {})
+        engines.launch(Interrupted(None, None, job_dir), {})
     assert calls == ["start", "stop SIGINT", "close"]
+    assert not job_dir.scratch.exists(), "the folders of the tasks that ended are removed"
+
+
+def test_a_task_folder_still_in_use_or_of_another_host_is_kept(tmp_path):
+    job_dir = JobDir(tmp_path)
+    running = job_dir.scratch / f"{socket.gethostname()}-{os.getpid()}"
+    elsewhere = job_dir.scratch / f"another-host-{_ended_pid()}"  # a shared job directory's
+    ended = job_dir.scratch / f"{socket.gethostname()}-{_ended_pid()}"
+    for folder in (running, elsewhere, ended):
+        folder.mkdir(parents=True)
+    job_dir.remove_ended_scratch()
+    assert sorted(job_dir.scratch.iterdir()) == sorted([running, elsewhere])
+
+
+def _ended_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
 
 
 def test_the_hydra_launcher_that_schedules_sweep_jobs_is_an_engines_word():

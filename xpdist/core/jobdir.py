@@ -18,9 +18,12 @@ nor MLflow is imported: both sides load this module.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import shutil
+import socket
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -75,6 +78,26 @@ class JobDir:
     run_ready = property(lambda self: self.root / "run.json")
     # The chief's plan once TensorFlow has decided the replica count (strategy=tpu).
     resolved = property(lambda self: self.root / "resolved.json")
+    # Each training task's temporary files (xpdist.task.boot.private_tempdir), a folder per task
+    # named <host>-<pid> (own_scratch): the task removes its own as it ends, the driver those of
+    # the tasks that ended without (remove_ended_scratch).
+    scratch = property(lambda self: self.root / "tmp")
+
+    def own_scratch(self) -> Path:
+        """This process's folder under scratch."""
+        return self.scratch / f"{socket.gethostname()}-{os.getpid()}"
+
+    def remove_ended_scratch(self) -> None:
+        """Removes the folders under scratch of this host's processes that no longer run (a task
+        killed outright), and scratch once empty. Another host's (a shared job directory) is
+        left to its own driver."""
+        host = socket.gethostname()
+        for folder in self.scratch.glob(f"{host}-*"):
+            pid = folder.name[len(host) + 1:]
+            if pid.isdigit() and not _running(int(pid)):
+                shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.scratch.rmdir()
 
     def write_resolved(self, plan: Plan) -> None:
         _write_atomically(self.resolved, json.dumps(dataclasses.asdict(plan), indent=2))
@@ -104,6 +127,16 @@ class JobDir:
         """Tells the localhost launcher a task has started (only it makes cluster_state)."""
         if self.cluster_state.is_dir():
             self.ready_marker(task_file_name).touch()
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -50,21 +50,27 @@ class _Temp:
     path: Optional[str] = None
 
 
-def private_tempdir() -> None:
-    """Points this process's temporary files (tempfile.tempdir) at a directory of its own, which
-    remove_private_tempdir removes as the task exits. The task ends with os._exit (main.exit_now),
-    so TensorFlow's atexit handlers never run, among them AutoGraph's, which delete the source
-    file of each function it converted (`__autograph_generated_file*.py`: 2 in the default
-    experiment, 7 with trainer=ctl): they stayed in /tmp, 37,564 of them on a machine that had
-    run the test suite for two days. Called before the first function is traced. A task killed
-    outright (SIGKILL) still leaves its directory (`xpdist-task-*` in the temporary directory)."""
+def private_tempdir(folder) -> None:
+    """Points this process's temporary files (tempfile.tempdir) at `folder`, its own
+    (JobDir.own_scratch: in the job directory, named after this host and pid), which
+    remove_private_tempdir removes as the task exits. The task ends with os._exit
+    (main.exit_now), so TensorFlow's atexit handlers never run, among them AutoGraph's, which
+    delete the source file of each function it converted (`__autograph_generated_file*.py`: 2 in
+    the default experiment, 7 with trainer=ctl): they stayed in /tmp, 37,564 of them on a machine
+    that had run the test suite for two days. Called before the first function is traced. The
+    folder of a task killed outright is removed by the driver once the job's tasks have ended
+    (JobDir.remove_ended_scratch)."""
     if _Temp.path is None:
-        _Temp.path = tempfile.tempdir = tempfile.mkdtemp(prefix="xpdist-task-")
+        shutil.rmtree(folder, ignore_errors=True)  # an ended process's with the same pid
+        os.makedirs(folder)
+        _Temp.path = tempfile.tempdir = str(folder)
 
 
 def remove_private_tempdir() -> None:
     if _Temp.path is not None:
         shutil.rmtree(_Temp.path, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the job's scratch, once no task has a folder there
+            os.rmdir(os.path.dirname(_Temp.path))
 
 
 def quiet_tensorflow() -> None:

@@ -224,7 +224,7 @@ def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> Optional[int]:
         serve(tf, resolver, job)
         return None
     boot.import_tensorflow(cfg.verbose)  # the run's Keras, read from TF_USE_LEGACY_KERAS
-    boot.private_tempdir()  # what TensorFlow writes there goes with the task (main.exit_now)
+    boot.private_tempdir(job.own_scratch())  # what TensorFlow writes there goes with the task
     strategy = build_strategy(tf, cfg, plan)
     job.mark_ready(cluster.file_name)
     if resolved_at_run_time(plan):  # the batch and learning rate follow the replicas TensorFlow found

@@ -211,3 +211,4 @@ def launch(engine: Engine, env: Dict[str, str]) -> Outcome:
         raise
     finally:
         engine.close()
+        engine.job.remove_ended_scratch()  # a task killed outright could not remove its own
