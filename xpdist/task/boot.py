@@ -67,6 +67,8 @@ def private_tempdir(folder) -> None:
 
 
 def remove_private_tempdir() -> None:
+    """Removes the folder private_tempdir made, if it made one, and the job's scratch with it
+    when no other task's folder is there."""
     if _Temp.path is not None:
         shutil.rmtree(_Temp.path, ignore_errors=True)
         with contextlib.suppress(OSError):  # the job's scratch, once no task has a folder there
