@@ -33,8 +33,9 @@ os._exit(0)
 
 
 @pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf-keras"])
-def test_keras_trains_without_its_optional_integrations(legacy):
-    env = {"TF_USE_LEGACY_KERAS": legacy, "TF_CPP_MIN_LOG_LEVEL": "3"}
+def test_keras_trains_without_its_optional_integrations(legacy, tmp_path):
+    # TMPDIR: AutoGraph's source files, which the os._exit above keeps TensorFlow from deleting
+    env = {"TF_USE_LEGACY_KERAS": legacy, "TF_CPP_MIN_LOG_LEVEL": "3", "TMPDIR": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, timeout=300,
                           env={**__import__("os").environ, **env})
     assert done.returncode == 0, done.stderr[-3000:]
