@@ -91,10 +91,12 @@ class JobDir:
         """Removes the folders under scratch of this host's processes that no longer run (a task
         killed outright), and scratch once empty. Another host's (a shared job directory) is
         left to its own driver."""
+        import psutil  # here: only the driver asks, and the task's start need not import it
+
         host = socket.gethostname()
         for folder in self.scratch.glob(f"{host}-*"):
             pid = folder.name[len(host) + 1:]
-            if pid.isdigit() and not _running(int(pid)):
+            if pid.isdigit() and not psutil.pid_exists(int(pid)):
                 shutil.rmtree(folder, ignore_errors=True)
         with contextlib.suppress(OSError):
             self.scratch.rmdir()
@@ -127,16 +129,6 @@ class JobDir:
         """Tells the localhost launcher a task has started (only it makes cluster_state)."""
         if self.cluster_state.is_dir():
             self.ready_marker(task_file_name).touch()
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
-    return True
 
 
 def _write_atomically(path: Path, text: str) -> None:
