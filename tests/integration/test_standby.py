@@ -5,6 +5,7 @@ the command, that process does not outlive it."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -16,17 +17,18 @@ import pytest
 import yaml
 
 from tests.helpers import LOG_MODEL, TINY, xpdist_env
+from xpdist.driver import standby
 
 pytestmark = pytest.mark.slow
 LINEAR = ["model=linear", "dataset=synthetic_regression"]
 
 
 def standby_tasks(cwd) -> list:
-    """Standby tasks started in cwd (a test's own folder), claimed or not."""
+    """Standby tasks started in cwd (a test's own folder), and the tasks forked from them."""
     found = []
     for proc in psutil.process_iter(["cmdline", "cwd"]):
         cmdline = proc.info["cmdline"] or []
-        if cmdline[-1:] == ["--standby"] and proc.info["cwd"] == str(cwd):
+        if cmdline[-2:-1] == ["--standby"] and proc.info["cwd"] == str(cwd):
             found.append(proc)
     return found
 
@@ -171,3 +173,24 @@ def test_the_standby_task_goes_with_a_killed_driver(xpdist):
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+def test_each_task_is_forked_from_the_standby_as_a_child_of_the_driver(tmp_path):
+    """The driver's side of the standby (driver/standby.py) in this process: every claim forks a
+    task that is this process's child in a session of its own, which Popen-like waits see end
+    with its exit code; the standby goes on serving claims until it is discarded."""
+    standby.start(["strategy=mirrored"])
+    try:
+        server = standby._State.server
+        env = dict(xpdist_env(), TMPDIR=str(tmp_path))
+        tasks = [standby.claim([str(tmp_path / f"no-job-{n}")], env, str(tmp_path / f"task-{n}.log")) for n in range(2)]
+        for task in tasks:
+            assert psutil.Process(task.pid).ppid() == os.getpid()
+            assert os.getsid(task.pid) == task.pid != server.pid
+        codes = [task.wait(timeout=60) for task in tasks]
+        assert codes == [1, 1]  # no job.json there: the task's own traceback, in its log
+        assert "no-job-0/job.json" in (tmp_path / "task-0.log").read_text()
+        assert server.poll() is None  # it serves the next claim
+    finally:
+        standby.discard()
+    assert server.returncode is not None

@@ -156,7 +156,6 @@ def cli() -> None:
     # still gets Hydra's full traceback.
     full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
-    standby.top_up(engines.local_tasks(sys.argv[1:]))  # a localhost cluster: a standby per task
     hydra_private.mode_from_flags(sys.argv[1:])  # one compose per command, not two
     code = None
     try:

@@ -1,21 +1,24 @@
-"""The standby task: the task process of a single run, started before the config is known.
+"""The standby task: started with the command, before the config is known; the task
+processes of the command are forked from it.
 
-A task spends about 5 s here importing TensorFlow before it can train; the driver spends about
-0.6 s starting Python, importing Hydra and composing the config before it knows the job. Run
-one after the other, the first training step came that much later than a hand-written
-script's. So `python -m xpdist` starts `python -m xpdist.task --standby` first thing (start):
-it imports TensorFlow while Hydra composes, then waits on its stdin. The local launcher hands
-it the job (claim), as the arguments, working directory and environment a task started for
-the job would have had (core.taskenv.Handoff). A sweep whose jobs run one after another in this
-process (Hydra's basic launcher and sweeper) gets the same for its first job, and a standby for
-each next job as soon as a job's task has ended (refill), while the driver closes that job's run
-and composes the next. What cannot use it discards it (discard): a sweep whose jobs run in other
-processes, a cluster of several tasks, `verbose=true`; a rejected config leaves it to the next job
-or to the command's end.
+A task spends 2 to 5 s importing TensorFlow before it can train; the driver spends about 0.6 s
+starting Python, importing Hydra and composing the config before it knows the job. Run one
+after the other, the first training step came that much later than a hand-written script's, and
+every task of a command paid the import again: each of a localhost cluster's 2 to 4 tasks, each
+job of a sweep, each restart. So `python -m xpdist` starts `python -m xpdist.task --standby`
+first thing (start): it imports TensorFlow while Hydra composes, then waits on its stdin. Each
+task of the command is forked from it (claim): the launcher hands it the job, as the arguments,
+working directory and environment a task started for the job would have had
+(core.taskenv.Handoff), and gets back a child process of its own (spawn.Adopted), which it
+waits for and signals like one it started. It serves every job of a sweep run in this process
+(Hydra's basic launcher and sweeper) and every restart of a cluster, and ends with the command
+(discard). What cannot use it does not claim it: a sweep whose jobs run in other processes, an
+engine whose tasks run elsewhere (SLURM, Ray, hosts joined by TF_CONFIG), `verbose=true`; a
+single run that cannot use it ends it at once (keep_if).
 
 What TensorFlow reads at its import cannot follow the job: its C++ log level (set as for a run
 without `verbose`, the default) and the environment the command was started with. The Keras
-flavour is read later, at the first `tf.keras`, so both flavours can use the standby. Set
+flavour is read later, at the first `tf.keras`, so both flavours can use it. Set
 XPDIST_STANDBY=0 to start every task only once its job is known.
 
 Only the standard library is imported here: the point is to start before anything else.
@@ -27,7 +30,7 @@ import contextlib
 import os
 import signal
 import subprocess
-from typing import Dict, List, Optional, Sequence
+from typing import BinaryIO, Dict, Optional, Sequence
 
 from xpdist.core.taskenv import DRIVER_PID_ENV, STANDBY_ARG, Handoff
 from xpdist.driver import spawn
@@ -40,16 +43,19 @@ _NO_RUN_FLAGS = {"-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "-i
 
 
 class _State:
-    # Started, not yet claimed: one, or one per task of a localhost cluster named on the command line.
-    procs: List[subprocess.Popen] = []
-    # Standby tasks still to start for the next jobs of a sweep run in this process.
-    refills = 0
+    # The standby task, started and not ended, and the pipe on which it tells each forked task's pid.
+    server: Optional[subprocess.Popen] = None
+    replies: Optional[BinaryIO] = None
+    # The jobs of a sweep run one after another in this process: one that cannot use the
+    # standby leaves it to the next (keep_if).
+    sweep = False
+    usable = True
 
 
 def start(argv: Sequence[str]) -> None:
     """Starts the standby task, unless argv asks for Hydra's information or for a sweep whose
-    jobs run elsewhere (another launcher or sweeper named on the command line: the task would
-    only be discarded once the config is known)."""
+    jobs run elsewhere (another launcher or sweeper named on the command line: it would only be
+    ended once the config is known)."""
     if any(arg in _NO_RUN_FLAGS for arg in argv):
         return
     multirun = any(arg in ("-m", "--multirun") for arg in argv)
@@ -59,24 +65,11 @@ def start(argv: Sequence[str]) -> None:
     _spawn()
 
 
-def top_up(count: int) -> None:
-    """The command line names a cluster of `count` task processes on this machine
-    (engines.local_tasks, asked once the driver's modules are imported, before Hydra composes):
-    standby tasks for the others too, at most MAX_STANDBYS, if one was started with the command.
-    A guess the composed config proves wrong costs a standby discarded, or a task started later."""
-    if _State.procs:
-        for _ in range(min(count, MAX_STANDBYS) - len(_State.procs)):
-            _spawn()
-
-
-# At most this many standby tasks at once (each imports TensorFlow: about 5 CPU-seconds).
-MAX_STANDBYS = 8
-
-
 def start_for_job() -> None:
     """A sweep's job in a process forked for it (hydra/launcher=local_parallel): a standby of its
-    own, which imports TensorFlow while the job composes its config and creates its run."""
-    _State.procs, _State.refills = [], 0  # the sweep process's, if any, are not this job's
+    own, which imports TensorFlow while the job composes its config and creates its run. (The
+    sweep's process's could not serve it: a task forked there becomes that process's child.)"""
+    _State.server, _State.replies, _State.sweep, _State.usable = None, None, False, True  # the sweep process's
     _spawn()
 
 
@@ -84,57 +77,68 @@ def _spawn() -> None:
     if os.environ.get(ENABLE_ENV, "1") == "0":
         return
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with contextlib.suppress(OSError):
-        _State.procs.append(spawn.spawn(spawn.task_command(STANDBY_ARG), env, stdin=subprocess.PIPE))
+    read_end, write_end = os.pipe()
+    try:
+        server = spawn.spawn(spawn.task_command(STANDBY_ARG, str(write_end)), env, stdin=subprocess.PIPE,
+                             pass_fds=(write_end,))
+    except OSError:
+        os.close(read_end)
+        return
+    finally:
+        os.close(write_end)
+    _State.server, _State.replies = server, os.fdopen(read_end, "rb")
 
 
-def expect_jobs(count: int) -> None:
-    """A sweep of `count` jobs runs one after another in this process: a standby for each."""
-    _State.refills = count - 1
-
-
-def refill() -> None:
-    """A job's task has ended: starts the standby for the next job of the sweep, if one follows."""
-    if _State.refills > 0 and not _State.procs:
-        _State.refills -= 1
-        _spawn()
+def serve_sweep() -> None:
+    """The jobs of a sweep run one after another in this process: the standby serves each."""
+    _State.sweep = True
 
 
 def keep_if(usable: bool) -> None:
-    """Once the config is known: discards the standby tasks unless the job can use them."""
-    if not usable:
+    """Once a job's config is known: whether it may claim the standby. A single run that cannot
+    ends it; a sweep's job leaves it to the next."""
+    _State.usable = usable
+    if not usable and not _State.sweep:
         discard()
 
 
-def claim(argv: Sequence[str], env: Dict[str, str], output: Optional[str] = None) -> Optional[subprocess.Popen]:
-    """Hands the job to the standby task and returns it; None when there is none (left).
-    output: the file its stdout and stderr go to (a cluster task's log); None: the driver's."""
-    if not _State.procs:
+def claim(argv: Sequence[str], env: Dict[str, str], output: Optional[str] = None) -> Optional[spawn.Adopted]:
+    """Forks a task for the job from the standby and returns it, a child of this process;
+    None when there is no standby, or the job may not use it. Waits for the standby to have
+    imported TensorFlow, which it began as the command started.
+    output: the file the task's stdout and stderr go to (a cluster task's log); None: the driver's."""
+    server, replies = _State.server, _State.replies
+    if server is None or not _State.usable:
         return None
-    proc = _State.procs.pop(0)
-    # The standby's own driver pid; its launch is the zero of first_step_s unless env sets one
-    # (a sweep's job: its start, not the sweep's).
+    # The standby's own driver pid; its launch (the command's) is the zero of first_step_s unless
+    # env sets one (a sweep's job: its start; a restarted cluster's task: the restart).
     handoff = Handoff(argv=list(argv), cwd=os.getcwd(), env={k: v for k, v in env.items() if k != DRIVER_PID_ENV},
                       output=output)
     try:
-        proc.stdin.write(handoff.line())
-        proc.stdin.close()
-    except OSError:  # it died (the standby itself failed): a task is started for the job instead
-        _end(proc)
+        with spawn.adopting():
+            server.stdin.write(handoff.line())
+            server.stdin.flush()
+            reply = replies.readline()
+    except OSError:
+        reply = b""
+    except BaseException:  # interrupted meanwhile: a task forked already dies with this process
+        discard()
+        raise
+    if not reply.strip():  # it died (the standby itself failed): a task is started for the job instead
+        discard()
         return None
-    return proc
+    return spawn.Adopted(int(reply), spawn.task_command(*argv))
 
 
 def discard() -> None:
-    """Ends the standby tasks not claimed."""
-    procs, _State.procs = _State.procs, []
-    for proc in procs:
-        _end(proc)
-
-
-def _end(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(OSError):
-        proc.stdin.close()
-    proc.wait()
+    """Ends the standby task. The tasks forked from it go on: each has a session of its own."""
+    server, replies = _State.server, _State.replies
+    _State.server = _State.replies = None
+    if server is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            server.stdin.close()
+        server.wait()
+    if replies is not None:
+        replies.close()

@@ -169,7 +169,7 @@ class SweepCallback(Callback):
         hc = config.hydra
         in_process = hc.launcher.get("_target_") == hydra_private.BASIC_LAUNCHER and \
             hc.sweeper.get("_target_") == hydra_private.BASIC_SWEEPER
-        # The jobs run here one after another: each gets a standby task (xpdist/driver/standby.py).
+        # The jobs run here one after another: the standby task serves each (xpdist/driver/standby.py).
         standby.keep_if(in_process and engines.of(config).keeps_standby and not config.verbose)
         _plugins_preflight(config)
         uri = store.resolve_uri(config.tracking.uri, Path(hc.runtime.cwd))
@@ -180,7 +180,7 @@ class SweepCallback(Callback):
             sys.exit(2)
         sweep_check.report_rejected(config)
         if in_process:
-            standby.expect_jobs(len(sweep_check.job_overrides(config)))
+            standby.serve_sweep()
         sweep_dir = Path(hc.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         overrides = swept_overrides(config)

@@ -48,9 +48,8 @@ class Engine:
     Class attributes:
         name: the option's name, the same as its module's.
         multi_process: it runs a cluster of task processes (a multi-process strategy needs one).
-        keeps_standby: its one task, or its chief, may be started before the job, to import
-            TensorFlow while the driver composes the job or the previous job closes its run
-            (driver/standby.py).
+        keeps_standby: its tasks on this machine are forked from the standby task, which
+            imported TensorFlow while the driver composed the job (driver/standby.py).
 
     Args:
         cfg: the plain composed config.
@@ -84,13 +83,6 @@ class Engine:
     def describe(cls, cfg, plan: Plan) -> str:
         """Where the tasks run, for --check's `tasks:` line."""
         return f"cluster={cfg.cluster.name}: this process, as the task TF_CONFIG names ({plan.num_workers} worker(s))"
-
-    @classmethod
-    def tasks_named(cls, words: Dict[str, str]) -> int:
-        """How many task processes on this machine a run of this engine has, as far as the
-        command line's key=value words tell before Hydra composes them (each may then be a
-        standby task: driver/standby.py); 1 where the engine starts one, or none here."""
-        return 1
 
     @classmethod
     def restarts_tasks(cls, cfg) -> bool:
@@ -177,16 +169,6 @@ def _subclass(target: str, engine: Type[Engine]) -> Type[Engine]:
 def for_job(cfg, plan: Plan, job: JobDir) -> Engine:
     """The engine that runs this job's tasks."""
     return of(cfg)(cfg, plan, job)
-
-
-def local_tasks(argv: List[str]) -> int:
-    """How many task processes on this machine the command line asks for (its `cluster=` engine's
-    tasks_named); 1 for a sweep, or where it names no engine."""
-    if any(arg in ("-m", "--multirun") for arg in argv):
-        return 1
-    words = dict(arg.split("=", 1) for arg in argv if "=" in arg and not arg.startswith(("+", "~")))
-    name = words.get("cluster")
-    return get(name).tasks_named(words) if name in ENGINES else 1
 
 
 def schedules(hydra_launcher) -> bool:

@@ -1,4 +1,4 @@
-"""cluster=local: one task process on this machine, perhaps the standby started before the job."""
+"""cluster=local: one task process on this machine, forked from the standby task where there is one."""
 
 from __future__ import annotations
 
@@ -28,13 +28,11 @@ class Local(Engine):
         return "cluster=local: one task process on this machine"
 
     def start(self, env: Dict[str, str]) -> None:
-        proc = standby.claim([str(self.job.root)], env)  # the task started with the command, if it is there
+        proc = standby.claim([str(self.job.root)], env)  # forked from the task started with the command, if it is there
         self.proc = process.adopt(proc) if proc else process.start(process.task_command(self.job.root), env)
 
     def follow(self) -> Outcome:
-        code = process.exit_code(self.proc)
-        standby.refill()  # the next job's task imports TensorFlow while this job's run is closed
-        return outcome_from(self.job, code)
+        return outcome_from(self.job, process.exit_code(self.proc))
 
 
 ENGINE = Local

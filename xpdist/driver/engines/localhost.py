@@ -15,8 +15,6 @@ from typing import Dict, Optional
 from xpdist.core import strategies
 from xpdist.core.clusterenv import TaskId
 from xpdist.core.errors import ConfigError
-from xpdist.core.schema import LocalhostCluster
-from xpdist.driver import standby
 from xpdist.driver.engines import Engine
 from xpdist.driver.launchers import follow, process
 from xpdist.driver.launchers.localhost import FAILURE_GRACE_S, Cluster, TaskFailed
@@ -25,7 +23,7 @@ from xpdist.driver.launchers.outcome import Outcome, outcome_from
 
 class Localhost(Engine):
     name = "localhost"
-    keeps_standby = True  # the chief's first start takes it (launchers/localhost.py)
+    keeps_standby = True  # every task is forked from it (launchers/localhost.py)
 
     def __init__(self, cfg, plan, job):
         super().__init__(cfg, plan, job)
@@ -66,18 +64,6 @@ class Localhost(Engine):
         return (f"cluster=localhost:{chief} {cfg.cluster.workers} worker(s)"
                 f"{f' and {ps} parameter server(s)' if ps else ''}, each a process on 127.0.0.1")
 
-    @classmethod
-    def tasks_named(cls, words: Dict[str, str]) -> int:
-        """The strategy's jobs (a chief, cluster.workers workers, cluster.ps parameter servers),
-        with the schema's defaults for the counts the command line does not give."""
-        try:
-            needs = strategies.get(words.get("strategy", "")).needs
-            counts = {"chief": 1, "worker": int(words.get("cluster.workers", LocalhostCluster.workers)),
-                      "ps": int(words.get("cluster.ps", LocalhostCluster.ps))}
-        except (KeyError, ValueError):  # preflight says what is wrong
-            return 1
-        return max(1, sum(counts[kind] for kind in needs.jobs))
-
     def start(self, env: Dict[str, str]) -> None:
         self.cluster = Cluster(self.cfg, self.job, env)
         chief = TaskId(strategies.of(self.cfg).needs.chief_job, 0)
@@ -97,7 +83,6 @@ class Localhost(Engine):
                 restarts += 1
                 self._note(f"{failure}; restarting the cluster ({restarts}/{most})")
                 continue
-            standby.refill()  # a sequential sweep's next job: its chief imports TensorFlow now
             if code == 0:
                 cluster.wait_others()
             else:  # the others may be stuck in a collective with the dead chief

@@ -30,6 +30,7 @@ import portpicker
 from xpdist.core import strategies
 from xpdist.core.clusterenv import TaskId as Task
 from xpdist.core.jobdir import JobDir
+from xpdist.core.taskenv import LAUNCHED_AT_ENV
 from xpdist.driver import standby
 from xpdist.driver.launchers import process
 from xpdist.driver.launchers.outcome import describe_exit, may_retry
@@ -122,10 +123,11 @@ class Cluster:
         env = dict(self.env, TF_CONFIG=tf_config(self.spec, task))
         if self.coordinated:
             env["GRPC_FAIL_FAST"] = "use_caller"  # the guide's setting: fail fast, let the coordinator retry
-        # A first start takes a standby task while one is left (driver/standby.py: one, or one per
-        # task when the command line names the cluster), which has imported TensorFlow since the
-        # command started; its output goes to the task's log as well. The chief takes the first.
-        claimed = standby.claim([str(self.job.root)], env, str(self.log_of(task))) if self.attempt == 1 else None
+        if self.attempt > 1:  # a restart's first step counts from the restart
+            env[LAUNCHED_AT_ENV] = repr(time.time())
+        # Forked from the standby task where there is one (driver/standby.py), which has imported
+        # TensorFlow since the command started; its output goes to the task's log as well.
+        claimed = standby.claim([str(self.job.root)], env, str(self.log_of(task)))
         with log:  # the child holds its own copy of the descriptor
             self.procs[task] = process.adopt(claimed) if claimed else \
                 process.start(process.task_command(self.job.root), env, log)
