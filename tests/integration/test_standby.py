@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tests.helpers import LOG_MODEL, TINY, xpdist_env
+from xpdist.core.taskenv import Handoff
 from xpdist.driver import standby
 
 pytestmark = pytest.mark.slow
@@ -194,3 +195,31 @@ def test_each_task_is_forked_from_the_standby_as_a_child_of_the_driver(tmp_path)
     finally:
         standby.discard()
     assert server.returncode is not None
+
+
+# The standby's own program, with a preload that starts a thread, as a library might at import.
+THREADED_STANDBY = """
+import sys, threading, time
+from xpdist.task import boot
+boot.standby(int(sys.argv[1]), preload=lambda: threading.Thread(target=time.sleep, args=(60,), daemon=True).start())
+"""
+
+
+def test_a_standby_with_a_thread_of_its_own_forks_nothing(tmp_path):
+    """A process with a thread besides numpy's may fork while that thread holds a lock, and the
+    task then hangs: the standby refuses, and the driver's claim starts the task itself."""
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", THREADED_STANDBY, str(write_end)], stdin=subprocess.PIPE,
+                            stderr=subprocess.PIPE, pass_fds=(write_end,), env=xpdist_env(), text=True)
+    os.close(write_end)
+    try:
+        handoff = Handoff(argv=[str(tmp_path / "job")], cwd=str(tmp_path), env=xpdist_env())
+        proc.stdin.write(handoff.line().decode())
+        proc.stdin.close()
+        with os.fdopen(read_end, "rb") as replies:
+            assert replies.read() == b""  # no pid: nothing was forked
+        assert proc.wait(timeout=60) == 0
+        assert "cannot fork tasks; each task starts on its own" in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()

@@ -173,12 +173,17 @@ def standby(replies: int, preload: Callable[[], object]) -> List[str]:
     run one after another, a restarted cluster's) starts with TensorFlow imported, 2 to 4
     CPU-seconds each on 2 cores, once per command instead of once per task. Nothing here has
     run TensorFlow: its runtime (thread pools, devices, gRPC) starts in the task, at its first
-    op. The only other thread is numpy's OpenBLAS pool, which OpenBLAS stops around fork
-    (pthread_atfork), as Python's multiprocessing relies on.
+    op. The only other threads are numpy's OpenBLAS pool, which OpenBLAS stops around fork
+    (pthread_atfork), as Python's multiprocessing relies on. Should anything imported start a
+    thread of its own (checked before every fork), it forks nothing and exits: the driver then
+    starts each task on its own.
     """
     die_with_driver()
     stoppable()
     quiet_tensorflow()
+    import numpy  # noqa: F401  (first, to count its OpenBLAS threads: see below)
+
+    fork_safe = _threads()
     import_tensorflow(verbose=False, keras=False)  # the Keras flavour comes with the job
     preload()
 
@@ -186,12 +191,21 @@ def standby(replies: int, preload: Callable[[], object]) -> List[str]:
         line = sys.stdin.buffer.readline()
         if not line.strip():
             os._exit(0)
+        if _threads() > fork_safe:  # a thread that may hold a lock as it forks: the task could hang
+            print(f"xpdist: the standby task has {_threads() - fork_safe} thread(s) besides numpy's after "
+                  "importing TensorFlow, so it cannot fork tasks; each task starts on its own", file=sys.stderr)
+            os._exit(0)  # the driver starts the task instead (standby.claim)
         handoff = Handoff.from_line(line)
         pid = _fork_task()
         if pid == 0:
             os.close(replies)
             return _take(handoff)
         os.write(replies, f"{pid}\n".encode())
+
+
+def _threads() -> int:
+    """This process's threads, as the kernel counts them (C threads included)."""
+    return len(os.listdir("/proc/self/task"))
 
 
 def _fork_task() -> int:
