@@ -25,7 +25,7 @@ LINEAR = ["model=linear", "dataset=synthetic_regression"]
 
 
 def standby_tasks(cwd) -> list:
-    """Standby tasks started in cwd (a test's own folder), and the tasks forked from them."""
+    """Standby tasks started in cwd (a test's own folder)."""
     found = []
     for proc in psutil.process_iter(["cmdline", "cwd"]):
         cmdline = proc.info["cmdline"] or []
@@ -178,19 +178,26 @@ def test_the_standby_task_goes_with_a_killed_driver(xpdist):
 
 def test_each_task_is_forked_from_the_standby_as_a_child_of_the_driver(tmp_path):
     """The driver's side of the standby (driver/standby.py) in this process: every claim forks a
-    task that is this process's child in a session of its own, which Popen-like waits see end
-    with its exit code; the standby goes on serving claims until it is discarded."""
+    task that is this process's child, in a session of its own, showing the command line of a
+    task started for its job; its process group takes the launchers' signals, and Popen-like
+    waits see it end. The standby goes on serving claims until it is discarded."""
+    jobs = [tmp_path / f"job-{n}" for n in range(2)]
+    for job in jobs:
+        job.mkdir()
+        os.mkfifo(job / "job.json")  # the task blocks reading its job until this test ends it
     standby.start(["strategy=mirrored"])
     try:
         server = standby._State.server
         env = dict(xpdist_env(), TMPDIR=str(tmp_path))
-        tasks = [standby.claim([str(tmp_path / f"no-job-{n}")], env, str(tmp_path / f"task-{n}.log")) for n in range(2)]
-        for task in tasks:
+        tasks = [standby.claim([str(job)], env, str(job / "task.log")) for job in jobs]
+        for job, task in zip(jobs, tasks):
             assert psutil.Process(task.pid).ppid() == os.getpid()
             assert os.getsid(task.pid) == task.pid != server.pid
-        codes = [task.wait(timeout=60) for task in tasks]
-        assert codes == [1, 1]  # no job.json there: the task's own traceback, in its log
-        assert "no-job-0/job.json" in (tmp_path / "task-0.log").read_text()
+            assert " ".join(psutil.Process(task.pid).cmdline()) == f"{sys.executable} -m xpdist.task {job}"
+            assert task.poll() is None
+        for task in tasks:
+            os.killpg(task.pid, signal.SIGTERM)  # as process.stop signals a task's group
+        assert [task.wait(timeout=60) for task in tasks] == [-signal.SIGTERM] * 2
         assert server.poll() is None  # it serves the next claim
     finally:
         standby.discard()

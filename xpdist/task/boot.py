@@ -196,7 +196,7 @@ def standby(replies: int, preload: Callable[[], object]) -> List[str]:
                   "importing TensorFlow, so it cannot fork tasks; each task starts on its own", file=sys.stderr)
             os._exit(0)  # the driver starts the task instead (standby.claim)
         handoff = Handoff.from_line(line)
-        pid = _fork_task()
+        pid = _fork_task(title=" ".join([sys.executable, "-m", "xpdist.task", *handoff.argv]))
         if pid == 0:
             os.close(replies)
             return _take(handoff)
@@ -208,13 +208,14 @@ def _threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def _fork_task() -> int:
+def _fork_task(title: str) -> int:
     """Forks a task that is its driver's child, not this process's: through an intermediate
     process that exits at once, so that the kernel hands the task to the driver, which is a
     child subreaper meanwhile (PR_SET_CHILD_SUBREAPER, driver/standby.py claim). The driver then
     waits for it, and signals its process group, as for a task it started itself. Returns the
-    task's pid here, 0 in the task. When this returns, the task has its own session and the
-    driver is its parent."""
+    task's pid here, 0 in the task. When this returns, the task has its own session, its command
+    line reads `title` (what `ps` and psutil show), and the driver is its parent."""
+    import setproctitle
     read_end, write_end = os.pipe()
     middle = os.fork()
     if middle == 0:
@@ -222,6 +223,7 @@ def _fork_task() -> int:
         if os.fork() == 0:  # the task
             os.close(read_end)
             os.setsid()  # a session and process group of its own, as spawn.spawn's tasks have
+            setproctitle.setproctitle(title)
             os.write(write_end, f"{os.getpid()}\n".encode())
             os.close(write_end)
             while os.getppid() == middle:  # the intermediate exits at once
