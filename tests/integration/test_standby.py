@@ -180,8 +180,9 @@ def test_each_task_is_forked_from_the_standby_as_a_child_of_the_driver(tmp_path)
     """The driver's side of the standby (driver/standby.py) in this process: every claim forks a
     task that is this process's child, in a session of its own, showing the command line of a
     task started for its job; its process group takes the launchers' signals, and Popen-like
-    waits see it end. The standby goes on serving claims until it is discarded."""
-    jobs = [tmp_path / f"job-{n}" for n in range(2)]
+    waits see it end. The standby serves claims until the last one (or a discard) ends it, and
+    the tasks forked from it outlive it."""
+    jobs = [tmp_path / f"job-{n}" for n in range(3)]
     for job in jobs:
         job.mkdir()
         os.mkfifo(job / "job.json")  # the task blocks reading its job until this test ends it
@@ -189,7 +190,8 @@ def test_each_task_is_forked_from_the_standby_as_a_child_of_the_driver(tmp_path)
     try:
         server = standby._State.server
         env = dict(xpdist_env(), TMPDIR=str(tmp_path))
-        tasks = [standby.claim([str(job)], env, str(job / "task.log")) for job in jobs]
+        tasks = [standby.claim([str(job)], env, str(job / "task.log"), last=job == jobs[-1]) for job in jobs]
+        assert server.returncode is not None and standby._State.server is None  # ended by the last claim
         for job, task in zip(jobs, tasks):
             assert psutil.Process(task.pid).ppid() == os.getpid()
             assert os.getsid(task.pid) == task.pid != server.pid
@@ -197,11 +199,9 @@ def test_each_task_is_forked_from_the_standby_as_a_child_of_the_driver(tmp_path)
             assert task.poll() is None
         for task in tasks:
             os.killpg(task.pid, signal.SIGTERM)  # as process.stop signals a task's group
-        assert [task.wait(timeout=60) for task in tasks] == [-signal.SIGTERM] * 2
-        assert server.poll() is None  # it serves the next claim
+        assert [task.wait(timeout=60) for task in tasks] == [-signal.SIGTERM] * 3
     finally:
         standby.discard()
-    assert server.returncode is not None
 
 
 # The standby's own program, with a preload that starts a thread, as a library might at import.

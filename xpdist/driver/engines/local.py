@@ -28,7 +28,7 @@ class Local(Engine):
         return "cluster=local: one task process on this machine"
 
     def start(self, env: Dict[str, str]) -> None:
-        proc = standby.claim([str(self.job.root)], env)  # forked from the task started with the command, if it is there
+        proc = standby.claim([str(self.job.root)], env, last=True)  # forked from the standby, if there is one
         self.proc = process.adopt(proc) if proc else process.start(process.task_command(self.job.root), env)
 
     def follow(self) -> Outcome:

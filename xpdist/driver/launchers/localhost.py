@@ -112,10 +112,12 @@ class Cluster:
             self.job.ready_marker(task.file_name).unlink(missing_ok=True)
         self.job.result.unlink(missing_ok=True)
         self.started_at = time.monotonic()
-        for task in sorted(self.tasks, key=lambda t: t != self.chief):
-            self.start_task(task)
+        order = sorted(self.tasks, key=lambda t: t != self.chief)
+        for task in order:
+            # the standby is no longer needed after the last task, unless a restart may come
+            self.start_task(task, last=task == order[-1] and not self.cfg.cluster.max_restarts)
 
-    def start_task(self, task: Task) -> None:
+    def start_task(self, task: Task, last: bool = False) -> None:
         self.job.ready_marker(task.file_name).unlink(missing_ok=True)
         log = open(self.log_of(task), "a")
         log.write(f"--- xpdist: start {task.name}, attempt {self.attempt}, TF_CONFIG {tf_config(self.spec, task)}\n")
@@ -127,7 +129,7 @@ class Cluster:
             env[LAUNCHED_AT_ENV] = repr(time.time())
         # Forked from the standby task where there is one (driver/standby.py), which has imported
         # TensorFlow since the command started; its output goes to the task's log as well.
-        claimed = standby.claim([str(self.job.root)], env, str(self.log_of(task)))
+        claimed = standby.claim([str(self.job.root)], env, str(self.log_of(task)), last=last)
         with log:  # the child holds its own copy of the descriptor
             self.procs[task] = process.adopt(claimed) if claimed else \
                 process.start(process.task_command(self.job.root), env, log)
