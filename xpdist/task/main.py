@@ -7,10 +7,12 @@ into the job directory; the driver reads it and closes the MLflow run.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -40,8 +42,45 @@ def prepare_environment(cfg, plan: Plan) -> None:
         os.environ.setdefault("TF_GRPC_DEFAULT_OPTIONS", GRPC_KEEPALIVE)
 
 
+class _Stop:
+    """SIGINT or SIGTERM came (asked), and main has caught its KeyboardInterrupt (caught)."""
+
+    asked = threading.Event()
+    caught = threading.Event()
+
+
+# Seconds between two KeyboardInterrupts while the first has not reached main.
+INSIST_S = 1.0
+
+
 def _raise_interrupt(_signum, _frame):
+    """SIGINT and SIGTERM: a KeyboardInterrupt in the main thread, again every INSIST_S until
+    main catches one. TensorFlow sometimes loses it: 1 SIGTERM in 10 to 25 here left a fit
+    running on with no signal pending (/proc/<pid>/status), and no "Exception ignored" line, until
+    the driver's SIGKILL 15 s later (process.GRACE_S), so the task wrote no result. A stop that
+    is lost and raised again is the known case in TensorFlow: tensorflow/tensorflow#11303."""
+    if not _Stop.asked.is_set():
+        _Stop.asked.set()
+        threading.Thread(target=_insist, name="xpdist-stop", daemon=True).start()
     raise KeyboardInterrupt
+
+
+def _insist() -> None:
+    while not _Stop.caught.wait(INSIST_S):
+        _thread.interrupt_main(signal.SIGINT)
+
+
+def stop_on_signals() -> None:
+    """SIGINT and SIGTERM end the task through a KeyboardInterrupt that main catches."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _raise_interrupt)
+
+
+def _stop_caught() -> None:
+    """Main has the KeyboardInterrupt: no other one while the task writes its result."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    _Stop.caught.set()
 
 
 def main(argv=None) -> int:
@@ -53,7 +92,7 @@ def main(argv=None) -> int:
     cfg = OmegaConf.create(spec.config)
     cluster = ClusterEnv.from_environ(cfg.cluster.name)
     prepare_environment(cfg, spec.plan)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    stop_on_signals()
 
     def write(status: str, error: str = None, may_retry: bool = False, stopped_at: int = None) -> None:
         if cluster.is_chief:  # on a full disk the exit code tells the driver instead
@@ -63,6 +102,7 @@ def main(argv=None) -> int:
     try:
         stopped_at = runner.run(cfg, spec, job, cluster)
     except KeyboardInterrupt:
+        _stop_caught()
         write("KILLED", "interrupted")
         return EXIT_INTERRUPTED
     except runner.NoRun as err:  # the driver says why in its own one line
