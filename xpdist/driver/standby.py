@@ -12,9 +12,10 @@ working directory and environment a task started for the job would have had
 (core.taskenv.Handoff), and gets back a child process of its own (spawn.Adopted), which it
 waits for and signals like one it started. It serves every job of a sweep run in this process
 (Hydra's basic launcher and sweeper) and every restart of a cluster, and ends with the command
-(discard), or once a single run has forked the last task it can have (claim's `last`). What cannot use it does not claim it: a sweep whose jobs run in other processes, an
-engine whose tasks run elsewhere (SLURM, Ray, hosts joined by TF_CONFIG), `verbose=true`; a
-single run that cannot use it ends it at once (keep_if).
+(discard), or once a single run has forked the last task it can have (claim's `last`). What
+cannot use it does not claim it: a sweep whose jobs run in other processes, an engine whose
+tasks run elsewhere (SLURM, Ray, hosts joined by TF_CONFIG), `verbose=true`; a single run that
+cannot use it ends it at once (keep_if).
 
 What TensorFlow reads at its import cannot follow the job: its C++ log level (set as for a run
 without `verbose`, the default) and the environment the command was started with. The Keras

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import signal
 import subprocess
-from typing import ClassVar, Dict, List, Optional, Type
+from typing import ClassVar, Dict, Optional, Type
 
 from xpdist.core import strategies
 from xpdist.core.clusterenv import ClusterEnv
