@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -59,8 +58,6 @@ class Adopted:
     handed over by adopting()): the part of subprocess.Popen's interface the launchers use
     (pid, returncode, poll, wait), which Popen offers only for processes it started itself."""
 
-    stdin = stdout = stderr = None
-
     def __init__(self, pid: int, args: Sequence[str]):
         self.pid, self.args = pid, list(args)
         self.returncode: Optional[int] = None
@@ -100,10 +97,6 @@ class Adopted:
             return self.returncode
         finally:
             self._lock.release()
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
 
     def __repr__(self) -> str:
         return f"<Adopted pid={self.pid} returncode={self.returncode}>"

@@ -55,7 +55,7 @@ INSIST_S = 1.0
 
 def _raise_interrupt(_signum, _frame):
     """SIGINT and SIGTERM: a KeyboardInterrupt in the main thread, again every INSIST_S until
-    main catches one. TensorFlow sometimes loses it: 1 SIGTERM in 10 to 25 here left a fit
+    main catches one. TensorFlow sometimes loses it: 2 SIGTERMs in about 120 here left a fit
     running on with no signal pending (/proc/<pid>/status), and no "Exception ignored" line, until
     the driver's SIGKILL 15 s later (process.GRACE_S), so the task wrote no result. A stop that
     is lost and raised again is the known case in TensorFlow: tensorflow/tensorflow#11303."""
