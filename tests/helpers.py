@@ -1,6 +1,6 @@
-"""Helpers shared by every test tier: run the real CLI in a subprocess against a temporary
-MLflow store (or, for a command that ends before training, forked from a zygote that has
-imported the driver: tests/zygote.py), compose the real config, pick a port.
+"""Helpers shared by every test tier: run the real CLI in a process of its own against a
+temporary MLflow store (forked from a zygote that has imported the driver: tests/zygote.py),
+compose the real config, pick a port.
 
 Imported one way only, as `tests.helpers` (tests/ is a package); conftest.py holds fixtures.
 """
@@ -58,15 +58,17 @@ class Xpdist:
         self.env = dict(env or {})  # every run's environment on top of xpdist_env's
 
     def run(self, *overrides: str, multirun: bool = False, timeout: float = 300, env: dict | None = None,
-            tiny: bool = True, fork: bool = False) -> subprocess.CompletedProcess:
-        """The command's exit code and output (subprocess.run's). fork=True, for a command that
-        ends before training (refused, --check, --cfg), forks it from a zygote that has already
-        imported the driver, 0.2 to 0.3 s sooner (tests/zygote.py: why that is the same command)."""
+            tiny: bool = True, fork: str = "run") -> subprocess.CompletedProcess:
+        """The command's exit code and output (subprocess.run's), from a process forked from a
+        zygote that has imported what its driver imports (tests/zygote.py: why that is the same
+        command): fork="run" (MLflow and the launchers too) for a command that trains, "check"
+        (Python, Hydra and the driver only: a zygote that starts sooner) for one that ends
+        before training (refused, --check, --cfg), "" for a real `subprocess.run`."""
         cmd: List[str] = [sys.executable, "-m", "xpdist"] + (["-m"] if multirun else [])
         cmd += (TINY if tiny else []) + list(overrides)
         env = xpdist_env({**self.env, **(env or {})})
         if fork:
-            return zygote.run(cmd, self.workdir, env, timeout)
+            return zygote.run(cmd, self.workdir, env, timeout, kind=fork)
         return subprocess.run(cmd, cwd=self.workdir, env=env, capture_output=True, text=True, timeout=timeout)
 
     def client(self):

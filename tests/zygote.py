@@ -1,11 +1,14 @@
-"""The zygote: `python -m xpdist ...` for the fast tests, forked instead of started.
+"""The zygote: `python -m xpdist ...` for the tests, forked instead of started.
 
-A fast test that only wants to see the CLI refuse a config (exit 2, one line) or print
-without training started a fresh `python -m xpdist`: 0.57 s on an idle machine, of which
-starting Python and importing Hydra, OmegaConf and xpdist's driver took about 0.25 s (the rest
-is Hydra composing). A zygote is a helper process started once per pytest worker (and per
-start-up environment, see below) that has imported those modules (zygote_process.PRELOAD, what
-the CLI imports before it composes) and then forks one child per command: 0.34 s each.
+A test that runs the CLI started a fresh `python -m xpdist`: for a command refused before
+training, 0.57 s on an idle machine, of which starting Python and importing Hydra, OmegaConf
+and xpdist's driver took about 0.25 s (the rest is Hydra composing); for a command that
+trains, its driver also imports MLflow, its SQL store and migrations and the launchers, 1.2 to
+1.5 CPU-seconds of each of the suite's few hundred runs. A zygote is a helper process started
+by a pytest worker (per kind, per start-up environment, see below, and per command it runs at
+once) that has imported those modules (zygote_process.PRELOADS: "check", what the CLI imports
+before it composes; "run", what a training run's driver imports besides) and then forks one
+child per command.
 
 The child is still a separate process running the real CLI: it becomes what a fresh
 `python -m MODULE ARGS` is at the moment runpy runs MODULE, and runs it the way Python's
@@ -17,26 +20,35 @@ reads to their end as subprocess.run does, and no other file descriptor stays op
 handlers and mask are put back to those the zygote's interpreter started with. It leaves as
 Python would: SystemExit's code, a traceback and 1, or threads joined, atexit run and the
 streams flushed. Its exit code, stdout and stderr come back as a subprocess.CompletedProcess.
+Whatever it starts (the driver's task processes, a localhost cluster, a sweep's jobs) is
+started by it as by a fresh CLI.
 
 Why that is equivalent: what a Python process takes from its environment before it runs
 the module is fixed at start-up (PYTHON*, the locale, TZ, HOME, the dynamic loader's
 variables) or read by the preloaded modules while they import. The first is the zygote's
-key; the second the zygote records (every os.environ read during its imports) and `run`
-compares with the test's environment, falling back to subprocess.run where one differs. A
-value read from C during an import would not be recorded: no preloaded module does that
-(none is TensorFlow or numpy). The zygote forks only with one thread and without TensorFlow
-imported (checked before every fork; it refuses otherwise, and the test fails loudly).
+key (with the variables the preloaded C libraries read as they load: OpenBLAS's, OpenMP's,
+Arrow's and its jemalloc's); the second the zygote records (the value of every os.environ
+variable looked up, whether those only tested for with `in` were there, the variables of a
+prefix that a module lists, such as tqdm's TQDM_*) and `run` compares with the test's
+environment, falling back to subprocess.run where one differs; an import that listed the whole
+environment would make every command fall back. The zygote forks without TensorFlow imported
+and with no thread but those of the libraries that keep fork safe (zygote_process
+.FORK_SAFE_THREADS), checked before every fork: it refuses otherwise, and the test fails
+loudly.
 
 What it does not change: a forked child has its own process group, so that a command that
 outlives its timeout is killed with everything it started (then subprocess.TimeoutExpired,
 as from subprocess.run); the hash seed is the zygote's rather than a new one per command
-(PYTHONHASHSEED, when set, is part of the key).
+(PYTHONHASHSEED, when set, is part of the key); `random` is seeded again in each child (as
+CPython does after a fork), numpy's global generator is not (the driver does not use it); the
+objects the imports made are frozen out of the garbage collector's scans (`gc.freeze`), so
+that a child's full collections neither walk nor copy them: a timing difference only.
 
-Used only where a test asks for it (tests.helpers.Xpdist.run(fork=True)), for commands that
-end before training. Tests whose subject is the interpreter's start (`--help`, what an import
-pulls in, console scripts) and `python -m xpdist docs|advise` (which never import the driver)
-keep real subprocesses. The zygotes end with the test process (atexit), or when their socket
-closes if the test process dies first.
+Used by tests.helpers.Xpdist.run (fork="run" by default, "check" for commands that end before
+training). Tests whose subject is the interpreter's start (`--help`, what an import pulls in,
+console scripts), the commands a page of the docs shows as a user types them, and `python -m
+xpdist docs|advise` (which never import the driver) keep real subprocesses. The zygotes end
+with the test process (atexit), or when their socket closes if the test process dies first.
 
 This module is the test's side (`run`); tests/zygote_process.py is the zygote's program.
 """
@@ -53,31 +65,46 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Dict, List, Optional, Sequence
 
 from tests import zygote_process
 from tests.zygote_process import MESSAGE_MAX
 
-# Read at the interpreter's start (or by the C library) rather than by a module's import.
-STARTUP_PREFIXES = ("PYTHON", "LC_", "LD_", "MALLOC_", "GLIBC_")
+# Read at the interpreter's start, by the C library or by a preloaded C extension as it loads
+# (OpenBLAS under numpy, pyarrow's jemalloc and Arrow) rather than by a module's Python code.
+STARTUP_PREFIXES = ("PYTHON", "LC_", "LD_", "MALLOC_", "GLIBC_", "OPENBLAS_", "GOTO_", "OMP_", "ARROW_", "JE_")
 STARTUP_NAMES = ("LANG", "LANGUAGE", "TZ", "HOME")
 
 
-def run(cmd: Sequence[str], cwd, env: Dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+def run(cmd: Sequence[str], cwd, env: Dict[str, str], timeout: float, kind: str = "check") \
+        -> subprocess.CompletedProcess:
     """subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    for cmd = [sys.executable, "-m", MODULE, ...], forked from this process's zygote for env's
-    start-up environment; a real subprocess.run where the zygote's imports read env otherwise."""
+    for cmd = [sys.executable, "-m", MODULE, ...], forked from a zygote of this process for env's
+    start-up environment; a real subprocess.run where the zygote's imports read env otherwise.
+
+    kind: "check" for a command that ends before training (the zygote has imported what the CLI
+    imports before it composes), "run" for one that trains (and the driver's MLflow, its store
+    and the launchers). Thread-safe: a zygote serves one command at a time, and a command that
+    finds none free gets a new one (tests/integration/harness.py runs two at once)."""
     cmd = [str(arg) for arg in cmd]
     if cmd[:2] != [sys.executable, "-m"] or len(cmd) < 3:
         raise ValueError(f"the zygote runs `{sys.executable} -m MODULE ...`, not {cmd}")
-    key = tuple(sorted((k, v) for k, v in env.items() if _startup(k)))
-    zygote = _zygotes.get(key)
+    key = (kind, tuple(sorted((k, v) for k, v in env.items() if _startup(k))))
+    with _lock:
+        idle = _idle.setdefault(key, [])
+        zygote = idle.pop() if idle else None
     if zygote is None or zygote.closed:
-        zygote = _zygotes[key] = Zygote(env)
-    if not zygote.serves(env):
-        return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    return zygote.run(cmd, cwd, env, timeout)
+        zygote = Zygote(env, kind)
+    try:
+        if not zygote.serves(env):
+            return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+        return zygote.run(cmd, cwd, env, timeout)
+    finally:
+        if not zygote.closed:
+            with _lock:
+                _idle[key].append(zygote)
 
 
 def _startup(name: str) -> bool:
@@ -87,7 +114,7 @@ def _startup(name: str) -> bool:
 class Zygote:
     """One zygote process (test side); `close` ends it."""
 
-    def __init__(self, env: Dict[str, str]):
+    def __init__(self, env: Dict[str, str], kind: str = "check"):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
         # A working directory of its own, so that the paths Python makes absolute against it
@@ -99,20 +126,24 @@ class Zygote:
         boot = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"
         with theirs:
             # stdout a pipe, as a command run with capture_output has: Python sizes its buffer on it.
-            self.proc = subprocess.Popen([sys.executable, "-c", boot, zygote_process.__file__, str(theirs.fileno())],
+            self.proc = subprocess.Popen([sys.executable, "-c", boot, zygote_process.__file__, kind, str(theirs.fileno())],
                                          cwd=self._home, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                          stderr=self._log, pass_fds=[theirs.fileno()])
         atexit.register(self.close)
         ready = self._receive()
-        # os.environ as the zygote's imports read it: None for a variable they looked up and did
-        # not find; every variable when something listed the environment.
-        self._read: Optional[Dict[str, Optional[str]]] = ready["read"]
+        # os.environ as the zygote's imports read it (zygote_process._RecordingEnviron.reads):
+        # the values they looked up (None: not found), whether the names they only tested for
+        # were there, the variables of the prefixes they listed; None when they listed it all.
+        self._read: Optional[dict] = ready["read"]
 
     def serves(self, env: Dict[str, str]) -> bool:
         """Whether a command with env would import the preloaded modules as the zygote did."""
         if self._read is None:
             return False
-        return all(env.get(name) == value for name, value in self._read.items())
+        return (all(env.get(name) == value for name, value in self._read["values"].items())
+                and all((name in env) == present for name, present in self._read["present"].items())
+                and all({k: v for k, v in env.items() if k.startswith(prefix)} == listed
+                        for prefix, listed in self._read["prefixes"].items()))
 
     def run(self, cmd: List[str], cwd, env: Dict[str, str], timeout: float) -> subprocess.CompletedProcess:
         request = json.dumps({"argv": cmd, "cwd": str(cwd), "env": env}).encode()
@@ -193,7 +224,8 @@ class Zygote:
         shutil.rmtree(self._home, ignore_errors=True)
 
 
-_zygotes: Dict[tuple, Zygote] = {}
+_idle: Dict[tuple, List[Zygote]] = {}
+_lock = threading.Lock()
 
 
 def _text(data: bytes) -> str:

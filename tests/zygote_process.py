@@ -1,9 +1,10 @@
 """The zygote's own program (tests/zygote.py says what a zygote is and why its children are
-the command a test asked for): import what `python -m xpdist` imports before it composes,
-then fork one child per request, which becomes `python -m MODULE ARGS`.
+the command a test asked for): import what `python -m xpdist` imports before it composes
+(kind "check"), or everything its driver imports for a training run (kind "run"), then fork
+one child per request, which becomes `python -m MODULE ARGS`.
 
-Started by tests.zygote as `python -c ... tests/zygote_process.py FD`, FD its end of a
-SOCK_SEQPACKET socket pair. Only the standard library is imported besides PRELOAD.
+Started by tests.zygote as `python -c ... tests/zygote_process.py KIND FD`, FD its end of a
+SOCK_SEQPACKET socket pair. Only the standard library is imported besides the preload.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import atexit
 import builtins
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -28,28 +30,91 @@ from typing import List
 # register_plugins), measured with `python -X importtime -m xpdist cross_ops=hierarchical`.
 PRELOAD = ("xpdist.driver.main", "hydra_plugins.xpdist_optuna.config", "hydra_plugins.xpdist_optuna.optuna_sweeper",
            "hydra_plugins.xpdist_ray.config")
+# What the driver of a training run imports besides (`python -X importtime -m xpdist` of a run,
+# a sweep and a localhost cluster): MLflow, its SQL store and migrations, the launchers. Their
+# import is 1.2 to 1.5 CPU-seconds of each run's driver (on an idle machine with the faster
+# CPUs), paid once per zygote instead.
+PRELOAD_RUN = PRELOAD + (
+    "hydra_plugins.xpdist_parallel.launcher", "hydra_plugins.hydra_ray_launcher.ray_launcher",
+    "mlflow", "mlflow.tracking", "mlflow.entities", "mlflow.store.tracking.sqlalchemy_store",
+    "mlflow.store.tracking.sqlalchemy_workspace_store", "sqlalchemy.dialects.sqlite", "alembic.command",
+    "alembic.config", "mlflow.system_metrics.metrics.cpu_monitor", "mlflow.system_metrics.metrics.gpu_monitor",
+    "netrc")
+# Imported first by a "run" zygote, before its thread count is taken: each starts a thread of
+# its own whose library keeps fork safe. numpy's OpenBLAS stops its pool before a fork and
+# starts it again on its next call (pthread_atfork); pandas imports pyarrow, whose jemalloc
+# starts a background purging thread, and jemalloc's fork handlers take its locks before a fork
+# and turn background threads off in the child (background_thread_postfork_child). The
+# product's standby task forks with numpy's pool on the same ground (xpdist/task/boot.py).
+FORK_SAFE_THREADS = ("numpy", "pandas")
+PRELOADS = {"check": PRELOAD, "run": FORK_SAFE_THREADS + PRELOAD_RUN}
+# Listings of os.environ a preloaded module makes at import that read only the variables of a
+# prefix: tqdm's envwrap (tqdm/utils.py) reads TQDM_* for its defaults.
+PREFIX_LISTINGS = {os.path.join("tqdm", "utils.py"): "TQDM_"}
 # One request (JSON: argv, cwd, env) per message, with the child's stdout and stderr as fds.
 MESSAGE_MAX = 1 << 20
 
 
 class _RecordingEnviron(os._Environ):
-    """os.environ that notes what is read: the names looked up, or that it was listed."""
+    """os.environ that notes what is read: the names looked up (their values), the names only
+    tested for (`in`), the prefixes listed by PREFIX_LISTINGS, or that it was listed otherwise."""
 
     def __init__(self, real: os._Environ):
         self.__dict__.update(real.__dict__)  # the same mapping underneath (and putenv)
         self.looked_up: set = set()
+        self.tested: set = set()
+        self.prefixes: set = set()
         self.listed = False
+        self.written: dict = {}  # set by the imports: set again in each child, as its own imports would
+        self._quiet = 0  # inside a prefix listing: its lookups are the prefix's
 
     def __getitem__(self, key):
-        self.looked_up.add(key)
+        if not self._quiet and isinstance(key, str):  # a bytes key (os.get_exec_path tries one) finds nothing
+            self.looked_up.add(key)
         return super().__getitem__(key)
 
+    def __setitem__(self, key, value):
+        self.written[key] = value
+        super().__setitem__(key, value)
+
+    def __contains__(self, key):
+        if isinstance(key, str):
+            self.tested.add(key)
+        try:
+            super().__getitem__(key)
+        except KeyError:
+            return False
+        return True
+
     def __iter__(self):
+        frame = sys._getframe(1)
+        while frame is not None:
+            prefix = next((p for f, p in PREFIX_LISTINGS.items() if frame.f_code.co_filename.endswith(os.sep + f)), None)
+            if prefix:
+                self.prefixes.add(prefix)
+                return self._prefix_listing()
+            frame = frame.f_back
         self.listed = True
         return super().__iter__()
 
+    def _prefix_listing(self):
+        self._quiet += 1
+        try:
+            yield from super().__iter__()
+        finally:
+            self._quiet -= 1
 
-def serve(fd: int) -> None:
+    def reads(self, real) -> dict:
+        """What a command's environment must hold for these imports to read as they did here
+        (tests.zygote.Zygote.serves); None when they listed it (any variable may count)."""
+        if self.listed:
+            return None
+        return {"values": {name: real.get(name) for name in sorted(self.looked_up)},
+                "present": {name: name in real for name in sorted(self.tested - self.looked_up)},
+                "prefixes": {p: {k: v for k, v in real.items() if k.startswith(p)} for p in sorted(self.prefixes)}}
+
+
+def serve(kind: str, fd: int) -> None:
     """The zygote's program: preload, then fork a child per request until the socket closes."""
     sock = socket.socket(fileno=fd)
     # As the interpreter set them up; nothing here changes them, but a preloaded module might.
@@ -58,20 +123,26 @@ def serve(fd: int) -> None:
     home = os.getcwd()
     real = os.environ
     os.environ = recording = _RecordingEnviron(real)
+    threads = 1
     try:
-        for module in PRELOAD:
+        for module in PRELOADS[kind]:
             importlib.import_module(module)
+            if module in FORK_SAFE_THREADS:
+                threads = _threads()
     finally:
         os.environ = real
-    read = None if recording.listed else {name: real.get(name) for name in sorted(recording.looked_up)}
-    sock.send(json.dumps({"read": read}).encode())
+    # What the imports made survives in every child: kept out of the collector's scans, so that
+    # a child's full collections neither walk nor copy (on write) the zygote's pages. (Timing
+    # only: nothing imported at module level is garbage.)
+    gc.freeze()
+    sock.send(json.dumps({"read": recording.reads(real)}).encode())
     while True:
         message, fds, _, _ = socket.recv_fds(sock, MESSAGE_MAX, 2)
         if not message:
             return
         if message == b"kill":  # late: its child was reaped before the kill arrived
             continue
-        unsafe = _unsafe_to_fork()
+        unsafe = _unsafe_to_fork(threads)
         if unsafe:
             for received in fds:
                 os.close(received)
@@ -80,7 +151,7 @@ def serve(fd: int) -> None:
         request = json.loads(message)
         pid = os.fork()
         if pid == 0:
-            _child(request, fds, sock, home, handlers, mask)
+            _child(request, fds, sock, home, handlers, mask, recording.written)
         # Here as well as in the child, so that its group exists before a kill can be asked for
         # (ESRCH: it has already ended).
         with contextlib.suppress(ProcessLookupError):
@@ -92,12 +163,18 @@ def serve(fd: int) -> None:
             return
 
 
-def _unsafe_to_fork() -> str:
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else threading.active_count()
+
+
+def _unsafe_to_fork(expected: int) -> str:
+    """Why this process must not fork now ("" if it may): TensorFlow imported, a Python thread,
+    or a thread beyond those of FORK_SAFE_THREADS."""
     if "tensorflow" in sys.modules:
         return "TensorFlow is imported in the zygote (it is not fork-safe)"
-    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else threading.active_count()
-    if threads != 1 or threading.active_count() != 1:
-        return f"the zygote has {threads} threads; it forks with one only"
+    threads = _threads()
+    if threads > expected or threading.active_count() != 1:
+        return f"the zygote has {threads} threads; it forks with {expected} at most"
     return ""
 
 
@@ -123,7 +200,7 @@ def _wait(sock: socket.socket, pid: int) -> bool:
         os.close(pidfd)
 
 
-def _child(request: dict, fds: List[int], sock: socket.socket, home: str, handlers: dict, mask) -> None:
+def _child(request: dict, fds: List[int], sock: socket.socket, home: str, handlers: dict, mask, written: dict) -> None:
     """Becomes `python -m MODULE ARGS` in the request's directory and environment; never returns."""
     try:
         os.setpgid(0, 0)
@@ -140,6 +217,7 @@ def _child(request: dict, fds: List[int], sock: socket.socket, home: str, handle
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        os.environ.update(written)
         cwd = os.getcwd()
         sys.path[0] = cwd  # `python -m` puts the working directory first
         sys.path[1:] = [cwd + p[len(home):] if p == home or p.startswith(home + os.sep) else p for p in sys.path[1:]]
@@ -197,4 +275,4 @@ def _flush() -> bool:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[-1]))
+    serve(sys.argv[-2], int(sys.argv[-1]))

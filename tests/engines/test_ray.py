@@ -155,7 +155,7 @@ def remove_dead_nodes_dirs(job: Path) -> None:
 def test_bad_input_is_one_line_and_no_run(xpdist: Xpdist, overrides, line):
     if "ray://" in str(overrides) or "cpus_per_task" in str(overrides):
         need_ray()  # checked after Ray's presence
-    done = xpdist.run("cluster=ray", "cluster.address=local", *overrides, fork=True)
+    done = xpdist.run("cluster=ray", "cluster.address=local", *overrides, fork="check")
     assert done.returncode == 2, done.stdout + done.stderr
     errors = [out for out in done.stderr.splitlines() if out.startswith("xpdist: error:")]
     assert len(errors) == 1 and line in errors[0], done.stderr
@@ -166,7 +166,7 @@ def test_address_auto_without_a_cluster_is_one_line(xpdist: Xpdist):
     need_ray()
     if os.environ.get("RAY_ADDRESS") or Path("/tmp/ray/ray_current_cluster").exists():
         pytest.skip("a Ray cluster runs on this machine: address=auto would find it")
-    done = xpdist.run("cluster=ray", "strategy=multi_worker_mirrored", fork=True)
+    done = xpdist.run("cluster=ray", "strategy=multi_worker_mirrored", fork="check")
     assert done.returncode == 2 and "cluster.address=auto: no Ray cluster runs on this machine" in done.stderr
 
 
@@ -196,7 +196,7 @@ def test_sweep_bad_address_is_one_line_and_no_run(xpdist: Xpdist, address, line)
     if address == "auto" and (os.environ.get("RAY_ADDRESS") or Path("/tmp/ray/ray_current_cluster").exists()):
         pytest.skip("a Ray cluster runs on this machine: address=auto would find it")
     done = xpdist.run("hydra/launcher=ray", f"hydra.launcher.ray.init.address={address}", "seed=1,2", multirun=True,
-                      fork=True)
+                      fork="check")
     assert done.returncode == 2, done.stdout + done.stderr
     errors = [out for out in done.stderr.splitlines() if out.startswith("xpdist: error:")]
     assert len(errors) == 1 and line in errors[0], done.stderr

@@ -62,7 +62,7 @@ def test_check_starts_no_standby_task(monkeypatch):
 
 
 def test_the_cli_prints_ok_and_the_plan_and_creates_nothing(xpdist):
-    proc = xpdist.run("--check", "strategy=mirrored", "devices.logical_cpus=2", timeout=120, fork=True)
+    proc = xpdist.run("--check", "strategy=mirrored", "devices.logical_cpus=2", timeout=120, fork="check")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == "ok" and "replicas:      2 on /cpu:0, /cpu:1" in proc.stdout
     assert proc.stderr == ""
@@ -70,7 +70,7 @@ def test_the_cli_prints_ok_and_the_plan_and_creates_nothing(xpdist):
 
 
 def test_the_default_strategy_says_who_places_its_replica(xpdist):
-    proc = xpdist.run("--check", timeout=120, fork=True)
+    proc = xpdist.run("--check", timeout=120, fork="check")
     assert proc.returncode == 0, proc.stderr
     assert "  replicas:      1 on the devices TensorFlow picks\n" in proc.stdout
 
@@ -81,5 +81,5 @@ def test_the_default_strategy_says_who_places_its_replica(xpdist):
     (["strategy=mirrord"], "strategy"),
 ])
 def test_the_cli_refuses_with_the_runs_own_line(xpdist, overrides, key):
-    assert_rejected(xpdist, xpdist.run("--check", *overrides, timeout=120, fork=True), key)
+    assert_rejected(xpdist, xpdist.run("--check", *overrides, timeout=120, fork="check"), key)
     assert sorted(p.name for p in xpdist.workdir.iterdir()) == []

@@ -37,27 +37,27 @@ def assert_rejected(xpdist: Xpdist, proc, key: str) -> str:
     (["tracking.experiment="], "tracking.experiment", "MLflow needs an experiment name"),
 ])
 def test_bad_config_is_one_line_and_exit_2(xpdist, overrides, key, says):
-    line = assert_rejected(xpdist, xpdist.run(*overrides, timeout=120, fork=True), key)
+    line = assert_rejected(xpdist, xpdist.run(*overrides, timeout=120, fork="check"), key)
     assert says in line
     assert not (xpdist.workdir / "outputs").exists()  # no half-written output folder either
 
 
 def test_unreachable_tracking_server(xpdist):
     uri = f"http://127.0.0.1:{closed_port()}"
-    line = assert_rejected(xpdist, xpdist.run(f"tracking.uri={uri}", timeout=120, fork=True), "tracking.uri")
+    line = assert_rejected(xpdist, xpdist.run(f"tracking.uri={uri}", timeout=120, fork="check"), "tracking.uri")
     assert uri in line and "does not answer" in line
 
 
 def test_file_store_is_refused_before_training(xpdist, tmp_path):
     uri = (tmp_path / "mlruns").as_uri()
-    line = assert_rejected(xpdist, xpdist.run(f"tracking.uri={uri}", timeout=120, fork=True), "tracking.uri")
+    line = assert_rejected(xpdist, xpdist.run(f"tracking.uri={uri}", timeout=120, fork="check"), "tracking.uri")
     assert "file store" in line and "sqlite:///" in line
     assert not (xpdist.workdir / "outputs").exists() and not (tmp_path / "mlruns").exists()
 
 
 def test_unreachable_tracking_server_from_the_environment(xpdist):
     uri = f"http://127.0.0.1:{closed_port()}"
-    proc = xpdist.run(timeout=120, env={"MLFLOW_TRACKING_URI": uri}, fork=True)
+    proc = xpdist.run(timeout=120, env={"MLFLOW_TRACKING_URI": uri}, fork="check")
     assert uri in assert_rejected(xpdist, proc, "tracking.uri")
 
 
@@ -75,14 +75,14 @@ def test_unreachable_tracking_server_from_the_environment(xpdist):
     (["model=custom", "model._target_=no_such_package.build"], "model._target_", "no module 'no_such_package'"),
 ])
 def test_bad_config_from_hydra_or_the_schema_is_one_line_and_exit_2(xpdist, overrides, key, says):
-    line = assert_rejected(xpdist, xpdist.run(*overrides, timeout=120, fork=True), key)
+    line = assert_rejected(xpdist, xpdist.run(*overrides, timeout=120, fork="check"), key)
     assert says in line and "HYDRA_FULL_ERROR" not in line and "To append" not in line
     assert not (xpdist.workdir / "outputs").exists()
 
 
 def test_a_sweep_with_a_bad_value_exits_2_with_one_line(xpdist):
     """Hydra composes each job of a sweep when it starts: the bad one stops the sweep, exit 2."""
-    proc = xpdist.run("trainer.epochs=two,1", multirun=True, tiny=False, timeout=120, fork=True)
+    proc = xpdist.run("trainer.epochs=two,1", multirun=True, tiny=False, timeout=120, fork="check")
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("xpdist: error:")]
     assert errors == [line for line in proc.stderr.strip().splitlines()]

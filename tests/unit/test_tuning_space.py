@@ -89,5 +89,5 @@ def assert_rejected(xpdist: Xpdist, proc, key: str) -> str:
     (["seed=1"], "hydra.sweeper.params", "nothing to search"),
 ])
 def test_a_bad_search_space_is_one_line_and_exit_2(xpdist, overrides, key, says):
-    proc = xpdist.run("hydra/sweeper=optuna", *overrides, multirun=True, tiny=False, timeout=120, fork=True)
+    proc = xpdist.run("hydra/sweeper=optuna", *overrides, multirun=True, tiny=False, timeout=120, fork="check")
     assert says in assert_rejected(xpdist, proc, key)

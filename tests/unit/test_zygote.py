@@ -98,7 +98,7 @@ def test_the_zygote_ends_with_the_test_process(tmp_path):
     (tmp_path / "zygote_probe.py").write_text(PROBE)
     code = ("import os, sys; from tests import zygote\n"
             "done = zygote.run([sys.executable, '-m', 'zygote_probe', '0'], sys.argv[1], dict(os.environ), 120)\n"
-            "print(next(iter(zygote._zygotes.values())).proc.pid, done.returncode)")
+            "print(next(iter(zygote._idle.values()))[0].proc.pid, done.returncode)")
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=REPO, env=xpdist_env(), capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -56,7 +56,9 @@ class _State:
 def start(argv: Sequence[str]) -> None:
     """Starts the standby task, unless argv asks for Hydra's information or for a sweep whose
     jobs run elsewhere (another launcher or sweeper named on the command line: it would only be
-    ended once the config is known)."""
+    ended once the config is known). A command's state starts afresh: an earlier command in this
+    process (xpdist.api, a test) may have left a sweep's or an unusable one."""
+    _State.sweep, _State.usable = False, True
     if any(arg in _NO_RUN_FLAGS for arg in argv):
         return
     multirun = any(arg in ("-m", "--multirun") for arg in argv)
