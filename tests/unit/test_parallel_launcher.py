@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 
 import pytest
 
@@ -67,3 +68,40 @@ def test_a_forked_process_opens_its_own_database_connections(store_uri):
     store.set_tags(uri, run_id, {"after": "yes"})  # the parent's connection still works
     tags = store.client(uri).get_run(run_id).data.tags
     assert {tags["parent"], tags["child"], tags["child2"], tags["after"]} == {"yes"}
+
+
+def _child_keeps_its_run_alive(uri, run_id, conn) -> None:
+    """In a process forked without heartbeat.forked(): its own run's heartbeat beats."""
+    try:
+        heartbeat.keep_alive(uri, run_id, 0.05)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if store.client(uri).get_run(run_id).data.tags.get(heartbeat.HEARTBEAT_TAG) != "0":
+                conn.send("beating")
+                break
+            time.sleep(0.05)
+        else:
+            conn.send("no heartbeat written")
+    except Exception as err:  # noqa: BLE001  told to the test
+        conn.send(repr(err))
+    os._exit(0)
+
+
+def test_a_process_forked_after_runs_beat_here_keeps_its_own_runs_alive(store_uri):
+    """A fork that does not call heartbeat.forked() (a user's multiprocessing): the parent's
+    beating thread does not come along, and the child's first run starts its own."""
+    uri = store_uri
+    parent_run = store.create_run(uri, "forks", "parent", {}, {})
+    heartbeat.keep_alive(uri, parent_run, 60)  # this process's heartbeat thread runs
+    child_run = store.create_run(uri, "forks", "child", {}, {heartbeat.HEARTBEAT_TAG: "0"})
+    store.fork_safe_connections()
+    context = multiprocessing.get_context("fork")
+    ours, theirs = context.Pipe(duplex=False)
+    try:
+        with heartbeat.paused():
+            proc = context.Process(target=_child_keeps_its_run_alive, args=(uri, child_run, theirs))
+            proc.start()
+        assert ours.poll(60) and ours.recv() == "beating"
+        proc.join(30)
+    finally:
+        heartbeat.let_go(parent_run)

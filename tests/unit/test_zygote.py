@@ -115,3 +115,45 @@ def test_a_closed_zygote_leaves_no_process(tmp_path):
     own.close()
     assert own.proc.returncode == 0
     assert own.proc.pid not in [child.pid for child in psutil.Process().children(recursive=True)]
+
+
+# What a "run" zygote's child was started with, as the module itself can see it.
+RUN_PROBE = '''
+import json, os, sys, threading
+print(json.dumps({"mlflow": "mlflow.store.tracking.sqlalchemy_store" in sys.modules,
+                  "tensorflow": "tensorflow" in sys.modules, "threads": threading.active_count(),
+                  "environ": dict(os.environ), "pid": os.getpid()}))
+'''
+
+
+@pytest.fixture(scope="module")
+def run_zygote():
+    own = zygote.Zygote(xpdist_env({"PYTEST_CURRENT_TEST": "tests/a.py::one (call)"}), "run")
+    yield own
+    own.close()
+
+
+def test_a_run_zygote_child_has_the_drivers_modules_and_the_tests_environment(tmp_path, run_zygote):
+    """kind="run": MLflow's store imported before the fork, TensorFlow not, no Python thread
+    but main, and the environment the test gave, not the zygote's."""
+    (tmp_path / "zygote_run_probe.py").write_text(RUN_PROBE)
+    env = xpdist_env({"ZYGOTE_PROBE": "run"})
+    first, second = (json.loads(run_zygote.run([sys.executable, "-m", "zygote_run_probe"], tmp_path, env, 120).stdout)
+                     for _ in range(2))
+    assert first["mlflow"] and not first["tensorflow"] and first["threads"] == 1
+    assert first["environ"] == env and first["pid"] != second["pid"]
+    started = json.loads(subprocess.run([sys.executable, "-m", "zygote_run_probe"], cwd=tmp_path, env=env,
+                                        capture_output=True, text=True, timeout=120).stdout)
+    assert not started["mlflow"] and started["environ"] == first["environ"]
+
+
+def test_a_run_zygote_serves_only_environments_its_imports_read_alike(run_zygote):
+    """What MLflow's, pandas' and tqdm's imports read (a value, a presence, a prefix's variables)
+    decides; a command whose environment differs there is started instead (zygote.run)."""
+    env = xpdist_env({"PYTEST_CURRENT_TEST": "tests/a.py::one (call)"})
+    assert run_zygote.serves(env)
+    assert run_zygote.serves({**env, "PYTEST_CURRENT_TEST": "tests/b.py::two (call)"})  # MLflow tests its presence
+    assert not run_zygote.serves({k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"})
+    assert not run_zygote.serves({**env, "MLFLOW_LOGGING_LEVEL": "DEBUG"})  # read at import
+    assert not run_zygote.serves({**env, "TQDM_DISABLE": "1"})  # tqdm lists TQDM_* at import
+    assert run_zygote.serves({**env, "XPDIST_STANDBY": "0"})  # read by the command, not by the imports

@@ -9,9 +9,10 @@ machines sharing a tracking server: no pid or host of one machine means anything
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
-from typing import Dict, Iterator
+from typing import Dict, Iterator, Optional
 
 from xpdist.tracking import store
 
@@ -58,36 +59,54 @@ class _Beater(threading.Thread):
             self.wake.clear()
 
 
-_beater = _Beater()
+# Made when a run first needs it, and forgotten in a forked child (forked, registered below):
+# CPython marks every Thread object that exists at a fork as stopped in the child
+# (threading._after_fork), started or not, so one made at import, or before the fork, could
+# never beat in a process forked after (a job of hydra/launcher=local_parallel, a user's
+# multiprocessing with the fork start method, a test's zygote).
+_beater: Optional[_Beater] = None
 _start_lock = threading.Lock()
 
 
 def keep_alive(uri: str, run_id: str, interval_s: float) -> None:
     """Renews the run's heartbeat every interval_s seconds until let_go(run_id)."""
+    global _beater
     with _start_lock:
-        if not _beater.is_alive():
+        if _beater is None:
+            _beater = _Beater()
             _beater.start()
-    with _beater.lock:
-        _beater.runs[run_id] = (uri, float(interval_s), time.monotonic() + float(interval_s))
-    _beater.wake.set()
+        beater = _beater
+    with beater.lock:
+        beater.runs[run_id] = (uri, float(interval_s), time.monotonic() + float(interval_s))
+    beater.wake.set()
 
 
 def let_go(run_id: str) -> None:
     """Stops the run's heartbeat (before it is closed)."""
-    with _beater.lock:
-        _beater.runs.pop(run_id, None)
+    beater = _beater
+    if beater is not None:
+        with beater.lock:
+            beater.runs.pop(run_id, None)
 
 
 @contextlib.contextmanager
 def paused() -> Iterator[None]:
     """No heartbeat is written inside the block: a process forked in it (a job of
     hydra/launcher=local_parallel) holds none of the store's locks or connections half-used."""
-    with _beater.beating:
+    beater = _beater
+    if beater is None:
+        yield
+        return
+    with beater.beating:
         yield
 
 
 def forked() -> None:
     """In a process just forked: the parent's heartbeat thread did not come along (only the
-    forking thread does) and its runs are the parent's to beat. A new, idle one takes its place."""
+    forking thread does) and its runs are the parent's to beat. A new one is made when a run of
+    this process needs it."""
     global _beater, _start_lock
-    _beater, _start_lock = _Beater(), threading.Lock()
+    _beater, _start_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=forked)
