@@ -31,9 +31,9 @@ from typing import List
 PRELOAD = ("xpdist.driver.main", "hydra_plugins.xpdist_optuna.config", "hydra_plugins.xpdist_optuna.optuna_sweeper",
            "hydra_plugins.xpdist_ray.config")
 # What the driver of a training run imports besides (`python -X importtime -m xpdist` of a run,
-# a sweep and a localhost cluster): MLflow, its SQL store and migrations, the launchers. Their
-# import is 1.2 to 1.5 CPU-seconds of each run's driver (on an idle machine with the faster
-# CPUs), paid once per zygote instead.
+# a sweep and a localhost cluster): MLflow, its SQL store and migrations, the launchers. A run
+# of the default experiment took 3.4-3.6 CPU-seconds forked against 5.6-5.9 started (the AMD
+# EPYC of this machine kind, idle, 2026-12-06): the imports are paid once per zygote instead.
 PRELOAD_RUN = PRELOAD + (
     "hydra_plugins.xpdist_parallel.launcher", "hydra_plugins.hydra_ray_launcher.ray_launcher",
     "mlflow", "mlflow.tracking", "mlflow.entities", "mlflow.store.tracking.sqlalchemy_store",
