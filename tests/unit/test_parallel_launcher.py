@@ -29,7 +29,7 @@ def test_n_jobs_refused_in_one_line(n_jobs):
 
 
 def test_the_cli_refuses_n_jobs_0_before_the_sweep_starts(xpdist):
-    done = xpdist.run("seed=1,2", "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=0", multirun=True)
+    done = xpdist.run("seed=1,2", "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=0", multirun=True, fork="check")
     assert done.returncode == 2, done.stdout + done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("xpdist: error: hydra.launcher.n_jobs=0: jobs at once must be a whole number")
