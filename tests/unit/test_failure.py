@@ -55,3 +55,29 @@ def test_one_line_names_the_type_the_cause_and_the_traceback_file():
 def test_a_long_cause_is_cut():
     cause = root_cause(ValueError("x" * 5000))
     assert len(cause) == MAX_CAUSE and cause.endswith("…")
+
+
+# A 2-worker MultiWorkerMirroredStrategy whose peer's link was cut, where the collective's own
+# connection timed out before TensorFlow's health check named the task (seen under load).
+LINK_TIMED_OUT = ("{{function_node __wrapped__CollectiveReduceV2_Nordering_token_1_device_/job:worker/replica:0/"
+                  "task:0/device:CPU:0}} Collective ops is aborted by: recvmsg:Connection timed out "
+                  "[Op:CollectiveReduceV2]")
+
+
+def test_a_collective_that_lost_its_link_names_its_only_peer():
+    assert root_cause(RuntimeError(LINK_TIMED_OUT), ["worker:1"]) == (
+        "task worker:1 unreachable (recvmsg:Connection timed out); collective ops aborted")
+    # with more than one peer (or none known) the message cannot say which
+    assert root_cause(RuntimeError(LINK_TIMED_OUT), ["worker:1", "worker:2"]) == (
+        "a peer task unreachable (recvmsg:Connection timed out); collective ops aborted")
+
+
+def test_a_tasks_peers_are_the_other_computing_tasks_of_tf_config():
+    import json
+
+    from xpdist.core.clusterenv import ClusterEnv
+
+    config = {"cluster": {"chief": ["a:1"], "worker": ["b:1", "c:1"], "ps": ["d:1"]}, "task": {"type": "worker", "index": 0}}
+    env = ClusterEnv.from_environ("tf_config", {"TF_CONFIG": json.dumps(config)})
+    assert env.peers == ["chief:0", "worker:1"]
+    assert ClusterEnv.from_environ("localhost", {}).peers == []

@@ -87,6 +87,13 @@ class ClusterEnv:
         return TaskId(self.task_type, self.task_index).name
 
     @property
+    def peers(self) -> List[str]:
+        """The other tasks that compute with this one (chief and workers of TF_CONFIG's cluster),
+        e.g. ["worker:1"]; empty where the cluster is not known here (alone, or started by srun)."""
+        return [TaskId(job, index).name for job in ("chief", "worker") for index in range(len((self.spec or {}).get(job, [])))
+                if (job, index) != (self.task_type, self.task_index)]
+
+    @property
     def file_name(self) -> str:
         return TaskId(self.task_type, self.task_index).file_name
 

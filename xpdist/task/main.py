@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     except Exception as err:  # every failure becomes a one-line account in the run
         with contextlib.suppress(OSError):
             job.task_error.write_text("".join(traceback.format_exception(err)))
-        line = failure.one_line(err, job.task_error)
+        line = failure.one_line(err, job.task_error, cluster.peers)
         may_retry = failure.retryable(err)
         write("FAILED", line, may_retry)
         if cfg.verbose:
