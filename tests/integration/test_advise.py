@@ -5,6 +5,10 @@ that are stopped, refused or interrupted are recorded.
 One advisor run serves the first tests here, with a budget it does not reach (it must probe
 every candidate, whatever the machine's load). It takes over 60 s (45 to 90 s measured on 2
 cores): 4 real probes, each a process that imports TensorFlow, and 5 refused ones.
+
+The advisor's commands are forked from a test zygote (tests/zygote.py) with a copy of a migrated
+store in place, as the other CLI tests' runs are, except where the test signals the advisor or
+starts it in a memory cgroup (a real subprocess).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import contextlib
 import csv
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import zygote
 from tests.helpers import TINY, xpdist_env
 
 pytestmark = pytest.mark.slow
@@ -32,12 +38,17 @@ WORDS = ["model=cnn", "model.filters=[8]", "dataset=synthetic_images", "dataset.
          "dataset.num_examples=96"]
 
 
+def advise(workdir: Path, store: Path, *words: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m xpdist advise WORDS` in workdir, its store a copy of the migrated one."""
+    shutil.copy(store, workdir / "mlflow.db")
+    return zygote.run([sys.executable, "-m", "xpdist", "advise", *words], workdir, xpdist_env(), timeout, kind="run")
+
+
 @pytest.fixture(scope="module")
-def advised(tmp_path_factory):
+def advised(tmp_path_factory, migrated_store):
     workdir = tmp_path_factory.mktemp("advise")
-    done = subprocess.run([sys.executable, "-m", "xpdist", "advise", f"budget_s={BUDGET_S}", "probe_epochs=3",
-                           "logical_cpus=[2]", *WORDS], cwd=workdir, env=xpdist_env(), capture_output=True, text=True,
-                          timeout=600)
+    done = advise(workdir, migrated_store, f"budget_s={BUDGET_S}", "probe_epochs=3", "logical_cpus=[2]", *WORDS,
+                  timeout=600)
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
@@ -92,28 +103,26 @@ def test_every_finished_probe_is_a_child_run_and_rejected_ones_are_recorded(advi
 def test_the_recommended_command_line_trains(advised):
     command = advised["parent"].data.tags["advise.recommendation"].split()
     assert command[:3] == ["python", "-m", "xpdist"]
-    done = subprocess.run([sys.executable, *command[1:], *TINY], cwd=advised["workdir"], env=xpdist_env(),
-                          capture_output=True, text=True, timeout=300)
+    done = zygote.run([sys.executable, *command[1:], *TINY], advised["workdir"], xpdist_env(), 300, kind="run")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "FINISHED" in done.stdout
 
 
 def test_xpdist_report_reads_the_advisor_as_a_sweep(advised):
-    done = subprocess.run([sys.executable, "-m", "xpdist.report", "--sweep", advised["parent"].info.run_id,
-                           "--tracking-uri", f"sqlite:///{advised['workdir'] / 'mlflow.db'}", "--out", "report"],
-                          cwd=advised["workdir"], env=xpdist_env(), capture_output=True, text=True, timeout=120)
+    done = zygote.run([sys.executable, "-m", "xpdist.report", "--sweep", advised["parent"].info.run_id,
+                       "--tracking-uri", f"sqlite:///{advised['workdir'] / 'mlflow.db'}", "--out", "report"],
+                      advised["workdir"], xpdist_env(), 120, kind="run")
     assert done.returncode == 0, done.stderr[-2000:]
     assert (advised["workdir"] / "report" / "report.md").exists()
 
 
-def test_a_probe_traces_steps_of_an_epoch_of_its_own_and_the_table_shows_where_they_went(tmp_path):
+def test_a_probe_traces_steps_of_an_epoch_of_its_own_and_the_table_shows_where_they_went(tmp_path, migrated_store):
     """budget_s=1: the first candidate's probe alone. Its epochs have 10 steps, so it trains a
     third epoch after its probe_epochs=2 and traces that epoch's steps 2 to 4 (steps 22 to 24):
     the run holds the trace and the split of those steps' time, and the advisor's table shows
     it. Its steady examples/sec is epoch 2's: neither the first (tracing) nor the profiled one."""
-    done = subprocess.run([sys.executable, "-m", "xpdist", "advise", "budget_s=1", "probe_timeout_s=240", "probe_epochs=2", *WORDS[:-1],
-                           "dataset.num_examples=640", "dataset.per_replica_batch_size=64"],
-                          cwd=tmp_path, env=xpdist_env(), capture_output=True, text=True, timeout=300)
+    done = advise(tmp_path, migrated_store, "budget_s=1", "probe_timeout_s=240", "probe_epochs=2", *WORDS[:-1],
+                  "dataset.num_examples=640", "dataset.per_replica_batch_size=64")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     from mlflow.tracking import MlflowClient
 
@@ -136,9 +145,10 @@ def test_a_probe_traces_steps_of_an_epoch_of_its_own_and_the_table_shows_where_t
     assert "input wait" in done.stdout
 
 
-def test_sigterm_closes_the_parent_and_the_probe_killed_and_leaves_no_process(tmp_path):
+def test_sigterm_closes_the_parent_and_the_probe_killed_and_leaves_no_process(tmp_path, migrated_store):
     import psutil
 
+    shutil.copy(migrated_store, tmp_path / "mlflow.db")
     proc = subprocess.Popen([sys.executable, "-m", "xpdist", "advise", "budget_s=300", *WORDS], cwd=tmp_path,
                             env=xpdist_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -168,7 +178,7 @@ def test_sigterm_closes_the_parent_and_the_probe_killed_and_leaves_no_process(tm
     assert all(r.data.tags.get("mlflow.parentRunId") == parent.info.run_id for r in runs if r is not parent)
 
 
-def test_probes_over_their_timeout_are_stopped_recorded_and_the_search_goes_on(tmp_path):
+def test_probes_over_their_timeout_are_stopped_recorded_and_the_search_goes_on(tmp_path, migrated_store):
     # 3 s is less than any probe needs, on any CPU: 3 epochs of 5,000 steps (30 s and more on 2
     # cores). TensorFlow's import alone once took longer, but the first probe's task is the
     # standby, which imports it while the advisor starts: on the faster CPUs a probe of a few
@@ -176,9 +186,8 @@ def test_probes_over_their_timeout_are_stopped_recorded_and_the_search_goes_on(t
     # stopping the first takes seconds (with 6 s a loaded machine once stopped the first too
     # late for a second); 256 examples make every first-round candidate a probe (none refused),
     # more than 12 s of them.
-    done = subprocess.run([sys.executable, "-m", "xpdist", "advise", "budget_s=12", "probe_timeout_s=3",
-                           "probe_steps=5000", *WORDS[:-1], "dataset.num_examples=256"],
-                          cwd=tmp_path, env=xpdist_env(), capture_output=True, text=True, timeout=300)
+    done = advise(tmp_path, migrated_store, "budget_s=12", "probe_timeout_s=3", "probe_steps=5000", *WORDS[:-1],
+                  "dataset.num_examples=256")
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "no candidate finished its probe: no recommendation" in done.stdout
     statuses = re.findall(r"^xpdist: advise: \S+: (\w+)$", done.stdout, re.M)
@@ -259,11 +268,12 @@ OOM_WORDS = ["model=cnn", "model.filters=[16]", "dataset=synthetic_images", "dat
              "dataset.num_examples=1024", "dataset.per_replica_batch_size=512"]
 
 
-def test_a_probe_that_runs_out_of_memory_is_recorded_oom_and_the_search_goes_on(tmp_path):
+def test_a_probe_that_runs_out_of_memory_is_recorded_oom_and_the_search_goes_on(tmp_path, migrated_store):
     """A real out-of-memory: the advisor runs in a memory cgroup, and the probes with two replicas
     of 512 (and one of 1,024) go over it. Each is recorded OOM with the task's end, its run is
     closed FAILED, and the next candidates are probed; one of those is recommended. Over 60 s
     (9 probes, 70 s measured on 2 cores): each probe is a process that imports TensorFlow."""
+    shutil.copy(migrated_store, tmp_path / "mlflow.db")
     with memory_cgroup(3600 * 2**20) as join:
         done = subprocess.run([sys.executable, "-m", "xpdist", "advise", "budget_s=600", "probe_epochs=2",
                                "probe_steps=2", "logical_cpus=[2]", *OOM_WORDS], cwd=tmp_path, env=xpdist_env(),

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
 
+from tests import zygote
 from tests.helpers import xpdist_env
 from xpdist.core.errors import ConfigError
 from xpdist.driver import advise, advise_plan
@@ -83,12 +83,25 @@ def test_out_of_memory_errors_are_told_apart():
 @pytest.mark.parametrize("words", [["budget_s=-1"], ["strategy=mirrored"], ["model=keras_app", "dataset=digits"],
                                    ["model=nosuch"]])
 def test_bad_input_exits_2_with_one_line_and_no_store(tmp_path, words):
-    done = subprocess.run([sys.executable, "-m", "xpdist", "advise", *words], cwd=tmp_path, env=xpdist_env(),
-                          capture_output=True, text=True, timeout=120)
+    done = zygote.run([sys.executable, "-m", "xpdist", "advise", *words], tmp_path, xpdist_env(), 120, kind="check")
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("xpdist: error: ")
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "advise").exists()
+
+
+# 96 examples: 2 replicas of 64 are more than the data.
+SMALL = ["model=cnn", "model.filters=[8]", "dataset=synthetic_images", "dataset.image_shape=[16,16,3]",
+         "dataset.num_examples=96"]
+
+
+def test_a_candidate_preflight_refuses_is_found_without_a_process(tmp_path):
+    """What the probe's own driver would refuse (exit 2) is found by the advisor: the row says
+    REJECTED with the same one line, and no probe process is started for it."""
+    assert advise._refusal([*SMALL, "strategy=one_device", "trainer.epochs=3"], tmp_path) is None
+    refused = advise._refusal([*SMALL, "strategy=mirrored", "devices.logical_cpus=2"], tmp_path)
+    assert refused.startswith("dataset.per_replica_batch_size=64") and "96" in refused, refused
+    assert advise._refusal([*SMALL, "strategy=nosuch"], tmp_path).startswith("strategy")
 
 
 def test_a_recommendation_from_probe_epochs_of_few_steps_says_so():

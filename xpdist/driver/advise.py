@@ -11,10 +11,21 @@ ends within budget_s plus one probe. It answers with a ranked table and one reco
 line to train with; the parent run holds the table (advice.md, advice.csv) and a chart
 (advice.png), and the usual sweep summary, so `xpdist-report` shows it like any sweep.
 This process never imports TensorFlow: probes are processes of their own.
+
+A probe is the CLI's own run, in a process forked from this one rather than started: this
+process has imported Hydra, xpdist's driver and MLflow for its parent run, which a started
+`python -m xpdist` imports again (about 2.3 CPU-seconds of each probe on 2 cores, 1 s of its
+wall). A forked probe is still a process of its own, with its own standby task, run and
+process group, so that a probe that dies (out of memory, killed) takes nothing of this one
+with it; what it must not share is handled as for hydra/launcher=local_parallel's jobs
+(xpdist/driver/parallel_launcher.py): MLflow's pooled connections, the heartbeat thread,
+signal handlers. A candidate that preflight refuses is found here, by composing its config,
+and recorded REJECTED without a process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -124,31 +135,31 @@ def advise(settings: Settings, overrides: List[str], launch_dir: Path) -> int:
 
 def _probe(candidate: Candidate, overrides: List[str], settings: Settings, uri: str, launch_dir: Path,
            job: int) -> Dict[str, Any]:
-    """Runs one candidate as its own `python -m xpdist` process; its row of the table."""
+    """Runs one candidate as the CLI's run in a process forked from this one; its row of the table."""
     words = [*overrides, *candidate.overrides, *advise_plan.probe_length(candidate, settings), "trainer.progress=false",
              "tracking.log_model=false", f"tracking.uri={uri}", f"tracking.run_name=advise-{candidate.label}"]
     if settings.probe_steps:
         words.append(f"trainer.steps_per_epoch={settings.probe_steps}")
+    refused = _refusal(words, launch_dir)
+    if refused is not None:
+        return _row(candidate, job, {"status": "REJECTED", "error": refused}, "", 0.0, False)
     with tempfile.TemporaryDirectory(prefix="xpdist-advise-") as tmp:
         result_file = Path(tmp) / "result.json"
-        env = {**os.environ, RESULT_FILE_ENV: str(result_file)}
         started = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "xpdist", *words], cwd=launch_dir, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = _ForkedRun(words, launch_dir, {RESULT_FILE_ENV: str(result_file)})
         timed_out = interrupted = False
         try:
-            output, _ = proc.communicate(timeout=settings.probe_timeout_s or settings.budget_s)
+            output = proc.communicate(timeout=settings.probe_timeout_s or settings.budget_s)
         except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGTERM)  # the driver closes the run as KILLED and stops its task
-            output, _ = proc.communicate()
+            proc.terminate()  # the driver closes the run as KILLED and stops its task
+            output = proc.communicate()
             timed_out = True
         except KeyboardInterrupt:  # its run is closed KILLED, and still joins the parent
-            proc.send_signal(signal.SIGTERM)
-            output, _ = proc.communicate()
+            proc.terminate()
+            output = proc.communicate()
             interrupted = True
         wall = time.monotonic() - started
         result = json.loads(result_file.read_text()) if result_file.exists() else {}
-    metrics = result.get("metrics") or {}
     error = result.get("error")
     if not error and proc.returncode != 0:
         lines = output.strip().splitlines()
@@ -160,8 +171,15 @@ def _probe(candidate: Candidate, overrides: List[str], settings: Settings, uri: 
         status = "TIMEOUT"
     elif status != "FINISHED" and _OOM.search(f"{error}\n{output}"):
         status = "OOM"
+    return _row(candidate, job, {**result, "status": status, "error": error}, output, wall, interrupted)
+
+
+def _row(candidate: Candidate, job: int, result: Dict[str, Any], output: str, wall: float,
+         interrupted: bool) -> Dict[str, Any]:
+    metrics = result.get("metrics") or {}
+    status = result["status"]
     return {"job": job, "label": candidate.label, "overrides": candidate.overrides, "status": status,
-            "error": error if status != "FINISHED" else None, "run_id": result.get("run_id"),
+            "error": result.get("error") if status != "FINISHED" else None, "run_id": result.get("run_id"),
             "replicas": result.get("num_replicas") or candidate.replicas,
             "per_replica_batch": candidate.per_replica_batch, "global_batch": result.get("global_batch_size"),
             "examples_per_sec": metrics.get("steady_examples_per_sec"), "first_step_s": metrics.get("first_step_s"),
@@ -170,6 +188,103 @@ def _probe(candidate: Candidate, overrides: List[str], settings: Settings, uri: 
             "input_wait_fraction": metrics.get("input_wait_fraction"),
             "communication_fraction": metrics.get("communication_fraction"),
             "why_slow": advise_plan.why_slow(metrics), "strategy": candidate.strategy, "interrupted": interrupted}
+
+
+def _refusal(words: List[str], launch_dir: Path) -> Optional[str]:
+    """Why the probe's run would be refused before training (its config composed and checked
+    here, as its driver would), or None. About 0.1 s, where a probe refused by its own driver
+    took a process, its imports and part of a TensorFlow import."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from xpdist.core.schema import register_configs
+    from xpdist.driver import config_errors, job, preflight
+
+    register_configs()  # done by _check already in the advisor: storing again replaces the same nodes
+    try:
+        with initialize_config_module("xpdist.conf", version_base="1.3"):
+            cfg = compose(config_name="config", overrides=words)
+        plain = OmegaConf.create(job.plain_config(cfg))
+        preflight.check(plain, launch_dir)
+    except config_errors.COMPOSE_ERRORS as err:
+        return config_errors.one_line(err)
+    except ConfigError as err:
+        return str(err)
+    return None
+
+
+class _ForkedRun:
+    """`python -m xpdist WORDS` in launch_dir with env added, run in a process forked from this
+    one; its stdout and stderr together in one pipe. The part of subprocess.Popen's interface
+    _probe uses."""
+
+    def __init__(self, words: List[str], launch_dir: Path, env: Dict[str, str]):
+        import multiprocessing
+
+        from xpdist.driver import main  # noqa: F401  (imported once here, not in every probe)
+        from xpdist.tracking import heartbeat, store
+
+        store.fork_safe_connections()
+        read_end, write_end = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._proc = multiprocessing.get_context("fork").Process(
+            target=_forked_cli, args=(words, str(launch_dir), env, write_end), name="xpdist-probe", daemon=False)
+        with heartbeat.paused():  # no heartbeat write holds the store's locks across the fork
+            self._proc.start()
+        os.close(write_end)
+        self._output = os.fdopen(read_end, "rb")
+        self._chunks: List[bytes] = []
+        self.returncode: Optional[int] = None
+
+    def communicate(self, timeout: Optional[float] = None) -> str:
+        """Its output to the end (when every process holding the pipe has closed it) and its
+        exit; raises subprocess.TimeoutExpired after `timeout` s, as Popen.communicate does."""
+        import select
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        fd = self._output.fileno()
+        while not self._output.closed:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired("python -m xpdist", timeout)
+            if select.select([fd], [], [], left)[0]:
+                data = os.read(fd, 1 << 16)
+                if data:
+                    self._chunks.append(data)
+                else:
+                    self._output.close()
+        self._proc.join()
+        self.returncode = self._proc.exitcode
+        return b"".join(self._chunks).decode(errors="replace")
+
+    def terminate(self) -> None:
+        """SIGTERM, as to a started process: its driver closes the run KILLED and stops its task."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self._proc.pid, signal.SIGTERM)
+
+
+def _forked_cli(words: List[str], launch_dir: str, env: Dict[str, str], output: int) -> None:
+    """In the forked process: becomes `python -m xpdist WORDS` (xpdist/__main__.py), whose
+    driver ends the process itself (os._exit, after closing its run)."""
+    import setproctitle
+
+    from xpdist.driver import main, standby
+
+    setproctitle.setproctitle(" ".join([sys.executable, "-m", "xpdist", *words]))  # what `ps` shows
+    # A process group of its own: a terminal's Ctrl-C reaches the advisor alone, which passes
+    # it on once as SIGTERM (a second signal could cut the probe's closing short).
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the advisor's handler; the driver sets its own
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for fd in (1, 2):
+        os.dup2(output, fd)
+    os.close(output)
+    os.environ.update(env)
+    os.chdir(launch_dir)
+    sys.argv = [sys.argv[0], *words]
+    standby.start(words)  # as xpdist/__main__.py does for `python -m xpdist WORDS`
+    main.cli()
 
 
 def _report(ranked: List[Dict[str, Any]], answer: Optional[Dict[str, str]], uri: str, parent: str, out_dir: Path,
