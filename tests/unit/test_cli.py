@@ -80,8 +80,9 @@ def test_bad_config_from_hydra_or_the_schema_is_one_line_and_exit_2(xpdist, over
     assert not (xpdist.workdir / "outputs").exists()
 
 
-def test_a_sweep_with_a_bad_value_exits_2_with_one_line(xpdist):
-    """Hydra composes each job of a sweep when it starts: the bad one stops the sweep, exit 2."""
+def test_a_sweep_with_a_bad_value_exits_2_with_one_line(xpdist, store_uri):
+    """Hydra composes each job of a sweep when it starts: the bad one stops the sweep, exit 2.
+    (store_uri: a migrated store in place; the sweep opens it for its parent run.)"""
     proc = xpdist.run("trainer.epochs=two,1", multirun=True, tiny=False, timeout=120, fork="check")
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("xpdist: error:")]
