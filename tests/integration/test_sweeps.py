@@ -1,9 +1,11 @@
 """Sweeps end to end: real CLI in a subprocess, real TensorFlow jobs, runs read back from MLflow.
 
 Budget: each job costs ~20-30 s on 2 cores (mostly importing TensorFlow), so checks are
-combined. Sweep recipes run under the parallel launcher (hydra/launcher=local_parallel),
-which is what the parallel-into-one-SQLite-store checks need anyway; the default,
-sequential launcher is exercised by the failing-job and Ctrl-C tests.
+combined. The strategy_sweep recipe runs as a user runs it, under the default, sequential
+launcher (its 5 jobs' tasks forked from one standby task, one TensorFlow import); the
+cross_ops_sweep recipe under the parallel launcher (hydra/launcher=local_parallel), which is
+what the parallel-into-one-SQLite-store checks need. The failing-job and Ctrl-C tests exercise
+both launchers too.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ RECIPES = sorted(p.relative_to(REPO / "recipes").with_suffix("").as_posix()
                  for p in (REPO / "recipes").rglob("*.yaml"))
 # Per job: one epoch, no progress bar.
 TINY = ["trainer.epochs=1", "trainer.progress=false"]
-# Recipe sweeps: jobs in parallel, all of them at once, into one SQLite store.
+# A recipe sweep's jobs in parallel, all of them at once, into one SQLite store.
 PARALLEL = ["hydra/launcher=local_parallel", "hydra.launcher.n_jobs=3"]
+PARALLEL_RECIPES = {"cross_ops_sweep"}
 
 
 def sweep_runs(xpdist):
@@ -76,7 +79,8 @@ def test_recipe_runs(xpdist, recipe):
     # One epoch per job: a recipe's warmup is shortened to half of it (a warmup as long as the
     # training is refused at preflight), so that its schedule still runs both phases.
     warmup = ["schedule.warmup_epochs=0.5"] if compose([f"recipe={recipe}"]).schedule.get("warmup_epochs") else []
-    proc = xpdist.run(f"recipe={recipe}", *TINY, *warmup, *(PARALLEL if sweep else []), tiny=False, timeout=900)
+    launcher = PARALLEL if recipe in PARALLEL_RECIPES else []
+    proc = xpdist.run(f"recipe={recipe}", *TINY, *warmup, *launcher, tiny=False, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     if not sweep:
         (run,) = xpdist.runs()
