@@ -45,9 +45,10 @@ objects the imports made are frozen out of the garbage collector's scans (`gc.fr
 that a child's full collections neither walk nor copy them: a timing difference only.
 
 Used by tests.helpers.Xpdist.run (fork="run" by default, "check" for commands that end before
-training). Tests whose subject is the interpreter's start (`--help`, what an import pulls in,
-console scripts), the commands a page of the docs shows as a user types them, and `python -m
-xpdist docs|advise` (which never import the driver) keep real subprocesses. The zygotes end
+training) and by the advisor's tests (`python -m xpdist advise`, whose probes the advisor forks
+in turn). Tests whose subject is the interpreter's start (`--help`, what an import pulls in,
+console scripts), the commands a page of the docs shows as a user types them, `python -m xpdist
+docs`, and commands a test signals or starts in a cgroup keep real subprocesses. The zygotes end
 with the test process (atexit), or when their socket closes if the test process dies first.
 
 This module is the test's side (`run`); tests/zygote_process.py is the zygote's program.
