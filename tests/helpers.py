@@ -45,6 +45,10 @@ def xpdist_env(extra: dict | None = None) -> dict:
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("TF_CONFIG", None)
+    # Set and unset in os.environ by this process's own MLflow (its telemetry client), and read
+    # by MLflow's import in a command: not the command's to inherit. A zygote recorded it as it
+    # was when the zygote started, and refused the commands of a test made while it differed.
+    env.pop("_MLFLOW_TELEMETRY_SESSION_ID", None)
     env.update(extra or {})
     return env
 

@@ -139,12 +139,16 @@ class Zygote:
 
     def serves(self, env: Dict[str, str]) -> bool:
         """Whether a command with env would import the preloaded modules as the zygote did."""
+        return self._read is not None and not self.differences(env)
+
+    def differences(self, env: Dict[str, str]) -> List[str]:
+        """The variables (or prefixes) env holds otherwise than the zygote's imports read them."""
         if self._read is None:
-            return False
-        return (all(env.get(name) == value for name, value in self._read["values"].items())
-                and all((name in env) == present for name, present in self._read["present"].items())
-                and all({k: v for k, v in env.items() if k.startswith(prefix)} == listed
-                        for prefix, listed in self._read["prefixes"].items()))
+            return ["(the whole environment: an import listed it)"]
+        return ([name for name, value in self._read["values"].items() if env.get(name) != value]
+                + [name for name, present in self._read["present"].items() if (name in env) != present]
+                + [prefix + "*" for prefix, listed in self._read["prefixes"].items()
+                   if {k: v for k, v in env.items() if k.startswith(prefix)} != listed])
 
     def run(self, cmd: List[str], cwd, env: Dict[str, str], timeout: float) -> subprocess.CompletedProcess:
         request = json.dumps({"argv": cmd, "cwd": str(cwd), "env": env}).encode()

@@ -151,7 +151,7 @@ def test_a_run_zygote_serves_only_environments_its_imports_read_alike(run_zygote
     """What MLflow's, pandas' and tqdm's imports read (a value, a presence, a prefix's variables)
     decides; a command whose environment differs there is started instead (zygote.run)."""
     env = xpdist_env({"PYTEST_CURRENT_TEST": "tests/a.py::one (call)"})
-    assert run_zygote.serves(env)
+    assert run_zygote.serves(env), run_zygote.differences(env)
     assert run_zygote.serves({**env, "PYTEST_CURRENT_TEST": "tests/b.py::two (call)"})  # MLflow tests its presence
     assert not run_zygote.serves({k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"})
     assert not run_zygote.serves({**env, "MLFLOW_LOGGING_LEVEL": "DEBUG"})  # read at import
