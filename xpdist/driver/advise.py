@@ -67,26 +67,39 @@ def _interrupt(signum, frame) -> None:
 def _check(settings: Settings, overrides: List[str], launch_dir: Path) -> None:
     """Composes the user's config and runs the CLI's preflight on it, before any run exists;
     notes the data set's per-replica batch and the GPUs of this machine in settings."""
-    from hydra import compose, initialize_config_module
-    from omegaconf import OmegaConf
-
     from xpdist.core.devices import gpu_count
-    from xpdist.core.schema import register_configs
-    from xpdist.driver import config_errors, job, preflight
+    from xpdist.driver import config_errors
 
-    register_configs()
+    batch = [f"{advise_plan.BATCH_KEY}={settings.batch}"] if settings.batch else []
     try:
-        with initialize_config_module("xpdist.conf", version_base="1.3"):
-            batch = [f"{advise_plan.BATCH_KEY}={settings.batch}"] if settings.batch else []
-            cfg = compose(config_name="config", overrides=overrides + batch)
+        plain, plan = _preflight(overrides + batch, launch_dir)
     except config_errors.COMPOSE_ERRORS as err:
         raise ConfigError("overrides", " ".join(overrides), config_errors.one_line(err),
                           "Fix the override; `python -m xpdist --check OVERRIDES` shows the plan.") from None
-    plain = OmegaConf.create(job.plain_config(cfg))
-    plan = preflight.check(plain, launch_dir)
     settings.batch = int(plain.dataset.per_replica_batch_size)
     settings.num_train = plan.num_train
     settings.gpus = gpu_count()
+
+
+def _preflight(words: List[str], launch_dir: Path):
+    """The config `python -m xpdist WORDS` composes, as plain data, and the plan its preflight
+    makes of it.
+
+    Raises:
+        config_errors.COMPOSE_ERRORS: the words do not compose.
+        ConfigError: preflight refuses the config.
+    """
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from xpdist.core.schema import register_configs
+    from xpdist.driver import job, preflight
+
+    register_configs()  # storing the schema again replaces the same nodes
+    with initialize_config_module("xpdist.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=words)
+    plain = OmegaConf.create(job.plain_config(cfg))
+    return plain, preflight.check(plain, launch_dir)
 
 
 def advise(settings: Settings, overrides: List[str], launch_dir: Path) -> int:
@@ -194,18 +207,10 @@ def _refusal(words: List[str], launch_dir: Path) -> Optional[str]:
     """Why the probe's run would be refused before training (its config composed and checked
     here, as its driver would), or None. About 0.1 s, where a probe refused by its own driver
     took a process, its imports and part of a TensorFlow import."""
-    from hydra import compose, initialize_config_module
-    from omegaconf import OmegaConf
+    from xpdist.driver import config_errors
 
-    from xpdist.core.schema import register_configs
-    from xpdist.driver import config_errors, job, preflight
-
-    register_configs()  # done by _check already in the advisor: storing again replaces the same nodes
     try:
-        with initialize_config_module("xpdist.conf", version_base="1.3"):
-            cfg = compose(config_name="config", overrides=words)
-        plain = OmegaConf.create(job.plain_config(cfg))
-        preflight.check(plain, launch_dir)
+        _preflight(words, launch_dir)
     except config_errors.COMPOSE_ERRORS as err:
         return config_errors.one_line(err)
     except ConfigError as err:
