@@ -51,6 +51,9 @@ PRELOADS = {"check": PRELOAD, "run": FORK_SAFE_THREADS + PRELOAD_RUN}
 # Listings of os.environ a preloaded module makes at import that read only the variables of a
 # prefix: tqdm's envwrap (tqdm/utils.py) reads TQDM_* for its defaults.
 PREFIX_LISTINGS = {os.path.join("tqdm", "utils.py"): "TQDM_"}
+# TensorFlow's C++ log level as the standby task imports it (xpdist/task/boot.py quiet_tensorflow),
+# set for the import alone where the zygote's environment does not set it.
+TENSORFLOW_QUIET = {"TF_CPP_MIN_LOG_LEVEL": "3", "ABSL_MIN_LOG_LEVEL": "3"}
 # One request (JSON: argv, cwd, env) per message, with the child's stdout and stderr as fds.
 MESSAGE_MAX = 1 << 20
 
@@ -124,13 +127,21 @@ def serve(kind: str, fd: int) -> None:
     real = os.environ
     os.environ = recording = _RecordingEnviron(real)
     threads = 1
+    quieted = {k: v for k, v in TENSORFLOW_QUIET.items() if k not in real} if kind == "run" else {}
+    real.update(quieted)
     try:
         for module in PRELOADS[kind]:
             importlib.import_module(module)
             if module in FORK_SAFE_THREADS:
                 threads = _threads()
+        if kind == "run":
+            _import_tensorflow(recording, real)
     finally:
         os.environ = real
+        for name in quieted:  # read by TensorFlow's C++ as it loaded; not the commands' environment
+            del real[name]
+            recording.looked_up.discard(name)
+            recording.tested.discard(name)
     # What the imports made survives in every child: kept out of the collector's scans, so that
     # a child's full collections neither walk nor copy (on write) the zygote's pages. (Timing
     # only: nothing imported at module level is garbage.)
@@ -163,15 +174,33 @@ def serve(kind: str, fd: int) -> None:
             return
 
 
+def _import_tensorflow(recording: _RecordingEnviron, real: os._Environ) -> None:
+    """TensorFlow and the task's modules, imported as the standby task imports them
+    (xpdist/task/boot.py standby), so that each command's driver forks its standby from itself
+    instead of starting one that imports them again (xpdist/driver/standby.py _fork).
+
+    What TensorFlow's import writes to os.environ (TF2_BEHAVIOR, TPU_ML_PLATFORM, ...) is taken
+    back: a driver does not import it, and a task forked from a standby takes its job's
+    environment, not the standby's. What it reads is recorded as the other imports' reads are."""
+    from xpdist.task import boot
+
+    before, written = dict(real), dict(recording.written)  # (real: listing the recording would count)
+    boot.import_tensorflow(verbose=False, keras=False)
+    importlib.import_module("xpdist.task.main")
+    for name in set(real) - set(before):
+        del real[name]
+    real.update(before)
+    recording.written = written
+
+
 def _threads() -> int:
     return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else threading.active_count()
 
 
 def _unsafe_to_fork(expected: int) -> str:
-    """Why this process must not fork now ("" if it may): TensorFlow imported, a Python thread,
-    or a thread beyond those of FORK_SAFE_THREADS."""
-    if "tensorflow" in sys.modules:
-        return "TensorFlow is imported in the zygote (it is not fork-safe)"
+    """Why this process must not fork now ("" if it may): a Python thread, or a thread beyond
+    those of FORK_SAFE_THREADS. (TensorFlow imported is safe: nothing has run on it, so none of
+    its thread pools has started; the product's standby task forks on the same ground.)"""
     threads = _threads()
     if threads > expected or threading.active_count() != 1:
         return f"the zygote has {threads} threads; it forks with {expected} at most"

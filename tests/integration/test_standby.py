@@ -230,3 +230,45 @@ def test_a_standby_with_a_thread_of_its_own_forks_nothing(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+# A driver's process that has imported TensorFlow (as the tests' zygote does, tests/zygote.py):
+# its standby is itself forked, and serves a claim as a started one does. `--thread` starts a
+# Python thread first: a process with one may not fork, so the standby is started instead.
+# (OPENBLAS_NUM_THREADS=1: numpy's pool is a thread too; the zygote's children have none.)
+FORKING_DRIVER = """
+import json, os, sys, threading, time
+from xpdist.task import boot
+boot.quiet_tensorflow()
+boot.import_tensorflow(verbose=False, keras=False)
+if sys.argv[2:] == ["--thread"]:
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+from xpdist.driver import standby
+standby.start(["strategy=mirrored"])
+server = standby._State.server
+job = sys.argv[1]
+task = standby.claim([job], dict(os.environ), os.path.join(job, "task.log"), last=True)
+facts = {"forked": type(server).__name__ != "Popen", "server_ended": standby._State.server is None,
+         "task_pid": task.pid, "task_pgid": os.getpgid(task.pid), "server_pid": server.pid}
+os.killpg(task.pid, 15)
+facts["task_code"] = task.wait(timeout=60)
+print(json.dumps(facts))
+"""
+
+
+@pytest.mark.parametrize("thread", [False, True])
+def test_a_driver_that_imported_tensorflow_forks_its_standby(tmp_path, thread):
+    """The standby is the driver's process forked when TensorFlow is imported there and no other
+    thread runs (else started); either way it forks the claimed task as the driver's child, with
+    a group of its own, and the task's command line and log are those of a started one."""
+    job = tmp_path / "job"
+    job.mkdir()
+    os.mkfifo(job / "job.json")  # the task blocks reading its job until it is stopped
+    done = subprocess.run([sys.executable, "-c", FORKING_DRIVER, str(job), *(["--thread"] if thread else [])],
+                          capture_output=True, text=True, env=xpdist_env({"OPENBLAS_NUM_THREADS": "1"}), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    facts = json.loads(done.stdout.splitlines()[-1])
+    assert facts["forked"] is (not thread)
+    assert facts["server_ended"] and facts["task_pgid"] == facts["task_pid"] != facts["server_pid"]
+    assert facts["task_code"] == -signal.SIGTERM
+    assert not psutil.pid_exists(facts["server_pid"]) and not psutil.pid_exists(facts["task_pid"])

@@ -122,6 +122,7 @@ RUN_PROBE = '''
 import json, os, sys, threading
 print(json.dumps({"mlflow": "mlflow.store.tracking.sqlalchemy_store" in sys.modules,
                   "tensorflow": "tensorflow" in sys.modules, "threads": threading.active_count(),
+                  "kernel_threads": len(os.listdir("/proc/self/task")),
                   "environ": dict(os.environ), "pid": os.getpid()}))
 '''
 
@@ -134,17 +135,19 @@ def run_zygote():
 
 
 def test_a_run_zygote_child_has_the_drivers_modules_and_the_tests_environment(tmp_path, run_zygote):
-    """kind="run": MLflow's store imported before the fork, TensorFlow not, no Python thread
-    but main, and the environment the test gave, not the zygote's."""
+    """kind="run": MLflow's store and TensorFlow imported before the fork (so that the driver
+    forks its standby task, xpdist/driver/standby.py), no thread but main, and the environment
+    the test gave, not the zygote's: TensorFlow's quiet log level was set for its import alone."""
     (tmp_path / "zygote_run_probe.py").write_text(RUN_PROBE)
     env = xpdist_env({"ZYGOTE_PROBE": "run"})
     first, second = (json.loads(run_zygote.run([sys.executable, "-m", "zygote_run_probe"], tmp_path, env, 120).stdout)
                      for _ in range(2))
-    assert first["mlflow"] and not first["tensorflow"] and first["threads"] == 1
+    assert first["mlflow"] and first["tensorflow"] and first["threads"] == first["kernel_threads"] == 1
     assert first["environ"] == env and first["pid"] != second["pid"]
+    assert "TF_CPP_MIN_LOG_LEVEL" not in first["environ"]
     started = json.loads(subprocess.run([sys.executable, "-m", "zygote_run_probe"], cwd=tmp_path, env=env,
                                         capture_output=True, text=True, timeout=120).stdout)
-    assert not started["mlflow"] and started["environ"] == first["environ"]
+    assert not started["mlflow"] and not started["tensorflow"] and started["environ"] == first["environ"]
 
 
 def test_a_run_zygote_serves_only_environments_its_imports_read_alike(run_zygote):

@@ -19,11 +19,16 @@ def task_command(*args: str) -> List[str]:
     return [sys.executable, "-m", "xpdist.task", *args]
 
 
+def task_env(env: Dict[str, str]) -> Dict[str, str]:
+    """env with what a task takes from its driver: its launch time and the driver's pid."""
+    return {**env, LAUNCHED_AT_ENV: repr(time.time()), DRIVER_PID_ENV: str(os.getpid())}
+
+
 def spawn(cmd: Sequence[str], env: Dict[str, str], log: Optional[IO] = None, stdin=None,
           pass_fds: Sequence[int] = ()) -> subprocess.Popen:
     """Starts a task in a session (and process group) of its own; the task asks the kernel to
     kill it when this process dies (xpdist.task.boot.die_with_driver)."""
-    env = {**env, LAUNCHED_AT_ENV: repr(time.time()), DRIVER_PID_ENV: str(os.getpid())}
+    env = task_env(env)
     return subprocess.Popen(list(cmd), env=env, stdin=stdin, stdout=log,
                             stderr=subprocess.STDOUT if log else None, start_new_session=True,
                             pass_fds=tuple(pass_fds))

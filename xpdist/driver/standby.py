@@ -22,16 +22,26 @@ without `verbose`, the default) and the environment the command was started with
 flavour is read later, at the first `tf.keras`, so both flavours can use it. Set
 XPDIST_STANDBY=0 to start every task only once its job is known.
 
+Where this process has imported TensorFlow already and runs no other thread (a program
+that forks xpdist's CLI from a process that imported both, as xpdist's own tests do), the
+standby is this process forked, running the same program (`xpdist.task --standby`) without
+its import to wait for (_fork).
+
 Only the standard library is imported here: the point is to start before anything else.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import runpy
 import signal
 import subprocess
-from typing import BinaryIO, Dict, Optional, Sequence
+import sys
+import threading
+import traceback
+from typing import BinaryIO, Dict, Optional, Sequence, Union
 
 from xpdist.core.taskenv import DRIVER_PID_ENV, STANDBY_ARG, Handoff
 from xpdist.driver import spawn
@@ -45,7 +55,7 @@ _NO_RUN_FLAGS = {"-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "-i
 
 class _State:
     # The standby task, started and not ended, and the pipe on which it tells each forked task's pid.
-    server: Optional[subprocess.Popen] = None
+    server: Union[subprocess.Popen, "_Forked", None] = None
     replies: Optional[BinaryIO] = None
     # The jobs of a sweep run one after another in this process: one that cannot use the
     # standby leaves it to the next (keep_if).
@@ -82,14 +92,74 @@ def _spawn() -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     read_end, write_end = os.pipe()
     try:
-        server = spawn.spawn(spawn.task_command(STANDBY_ARG, str(write_end)), env, stdin=subprocess.PIPE,
-                             pass_fds=(write_end,))
+        if _forkable():
+            server = _fork(spawn.task_env(env), write_end)
+        else:
+            server = spawn.spawn(spawn.task_command(STANDBY_ARG, str(write_end)), env, stdin=subprocess.PIPE,
+                                 pass_fds=(write_end,))
     except OSError:
         os.close(read_end)
         return
     finally:
         os.close(write_end)
     _State.server, _State.replies = server, os.fdopen(read_end, "rb")
+
+
+def _forkable() -> bool:
+    """Whether this process can be the standby forked: TensorFlow imported (and nothing run on
+    it, or it would have started its thread pools) and no thread but this one."""
+    return ("tensorflow" in sys.modules and threading.active_count() == 1
+            and len(os.listdir("/proc/self/task")) == 1)
+
+
+class _Forked(spawn.Adopted):
+    """The standby forked from this process: a child it waits for, and the pipe to its stdin."""
+
+    def __init__(self, pid: int, stdin: BinaryIO):
+        super().__init__(pid, spawn.task_command(STANDBY_ARG))
+        self.stdin = stdin
+
+
+def _fork(env: Dict[str, str], replies: int) -> _Forked:
+    """This process forked into `python -m xpdist.task --standby REPLIES`, as spawn.spawn would
+    start it: env, a pipe on stdin, stdout and stderr unbuffered (PYTHONUNBUFFERED), a process
+    group of its own (set on both sides, so that discard can kill it at once), and the program
+    run as `-m` runs it (runpy)."""
+    stdin_r, stdin_w = os.pipe()
+    sys.stdout.flush()  # else what the driver printed and has not written yet, the child writes again
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.setpgid(0, 0)
+            os.dup2(stdin_r, 0)
+            os.close(stdin_r)
+            os.close(stdin_w)
+            os.environ.clear()
+            os.environ.update(env)
+            sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "rb", closefd=False)))
+            for name in ("stdout", "stderr"):
+                stream = getattr(sys, name)
+                setattr(sys, name, io.TextIOWrapper(io.FileIO(stream.fileno(), "wb", closefd=False),
+                                                    encoding=stream.encoding, errors=stream.errors,
+                                                    write_through=True))
+            import setproctitle  # as a started one reads in `ps` (a dependency; imported here, in the child)
+
+            setproctitle.setproctitle(" ".join(spawn.task_command(STANDBY_ARG, str(replies))))
+            sys.argv = ["-m", STANDBY_ARG, str(replies)]
+            runpy.run_module("xpdist.task", run_name="__main__", alter_sys=True)
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        except BaseException:  # noqa: B902  it must never return into the driver
+            traceback.print_exc()
+            code = 1
+        finally:
+            os._exit(code)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.setpgid(pid, pid)
+    os.close(stdin_r)
+    return _Forked(pid, os.fdopen(stdin_w, "wb"))
 
 
 def serve_sweep() -> None:
