@@ -73,12 +73,14 @@ import locale
 import os
 import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from tests import zygote_process
@@ -91,8 +93,8 @@ STARTUP_PREFIXES = ("PYTHON", "LC_", "LD_", "MALLOC_", "GLIBC_", "OPENBLAS_", "G
 STARTUP_NAMES = ("LANG", "LANGUAGE", "TZ", "HOME")
 
 
-def run(cmd: Sequence[str], cwd, env: Dict[str, str], timeout: float, kind: str = "check") \
-        -> subprocess.CompletedProcess:
+def run(cmd: Sequence[str], cwd, env: Dict[str, str], timeout: float, kind: str = "check",
+        cgroup: Optional[Path] = None) -> subprocess.CompletedProcess:
     """subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     for cmd = [sys.executable, "-m", MODULE, ...], forked from a zygote of this process for env's
     start-up environment; a real subprocess.run where the zygote's imports read env otherwise.
@@ -100,7 +102,10 @@ def run(cmd: Sequence[str], cwd, env: Dict[str, str], timeout: float, kind: str 
     kind: "check" for a command that ends before training (the zygote has imported what the CLI
     imports before it composes), "run" for one that trains (and the driver's MLflow, its store
     and the launchers). Thread-safe: a zygote serves one command at a time, and a command that
-    finds none free gets a new one (tests/integration/harness.py runs two at once)."""
+    finds none free gets a new one (tests/integration/harness.py runs two at once).
+
+    cgroup: a cgroup's directory the command joins before it runs (as a preexec_fn that writes
+    its pid to cgroup.procs would make it), with everything it starts."""
     cmd = [str(arg) for arg in cmd]
     if cmd[:2] != [sys.executable, "-m"] or len(cmd) < 3:
         raise ValueError(f"the zygote runs `{sys.executable} -m MODULE ...`, not {cmd}")
@@ -112,12 +117,47 @@ def run(cmd: Sequence[str], cwd, env: Dict[str, str], timeout: float, kind: str 
         zygote = Zygote(env, kind)
     try:
         if not zygote.serves(env):
-            return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-        return zygote.run(cmd, cwd, env, timeout)
+            join = (lambda: (Path(cgroup) / "cgroup.procs").write_text(str(os.getpid()))) if cgroup else None
+            return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+                                  preexec_fn=join)
+        return zygote.run(cmd, cwd, env, timeout, cgroup)
     finally:
         if not zygote.closed:
             with _lock:
                 _idle[key].append(zygote)
+
+
+def popen(cmd: Sequence[str], cwd, env: Dict[str, str], kind: str = "run", stderr=subprocess.PIPE):
+    """subprocess.Popen(cmd, cwd=cwd, env=env, stdout=PIPE, stderr=stderr, text=True,
+    start_new_session=True) for cmd = [sys.executable, "-m", MODULE, ...], forked from a zygote
+    (a Child: Popen's pid, args, returncode, stdout, stderr, poll, wait, communicate,
+    send_signal, terminate, kill); a real Popen where the zygote's imports read env otherwise.
+    stderr: PIPE, or STDOUT for both streams on one pipe. For the commands a test signals or
+    watches while they run; the zygote serves no other command until this one has ended."""
+    cmd = [str(arg) for arg in cmd]
+    if cmd[:2] != [sys.executable, "-m"] or len(cmd) < 3 or stderr not in (subprocess.PIPE, subprocess.STDOUT):
+        raise ValueError(f"the zygote runs `{sys.executable} -m MODULE ...` with piped output, not {cmd}")
+    key = (kind, tuple(sorted((k, v) for k, v in env.items() if _startup(k))))
+    with _lock:
+        idle = _idle.setdefault(key, [])
+        zygote = idle.pop() if idle else None
+    if zygote is None or zygote.closed:
+        zygote = Zygote(env, kind)
+    if not zygote.serves(env):
+        _release(key, zygote)
+        return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                start_new_session=True)
+    try:
+        return zygote.popen(cmd, cwd, env, merged=stderr == subprocess.STDOUT, release=lambda: _release(key, zygote))
+    except BaseException:
+        _release(key, zygote)
+        raise
+
+
+def _release(key: tuple, zygote: "Zygote") -> None:
+    if not zygote.closed:
+        with _lock:
+            _idle[key].append(zygote)
 
 
 def _startup(name: str) -> bool:
@@ -162,8 +202,10 @@ class Zygote:
                 + [prefix + "*" for prefix, listed in self._read["prefixes"].items()
                    if {k: v for k, v in env.items() if k.startswith(prefix)} != listed])
 
-    def run(self, cmd: List[str], cwd, env: Dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-        request = json.dumps({"argv": cmd, "cwd": str(cwd), "env": env}).encode()
+    def run(self, cmd: List[str], cwd, env: Dict[str, str], timeout: float,
+            cgroup: Optional[Path] = None) -> subprocess.CompletedProcess:
+        request = json.dumps({"argv": cmd, "cwd": str(cwd), "env": env,
+                              "cgroup": str(cgroup) if cgroup else None}).encode()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
@@ -188,6 +230,26 @@ class Zygote:
         if timed_out:
             raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err)
         return subprocess.CompletedProcess(cmd, code, _text(out), _text(err))
+
+    def popen(self, cmd: List[str], cwd, env: Dict[str, str], merged: bool, release) -> "Child":
+        """Forks cmd and returns at once (zygote.popen); release() once it has ended."""
+        request = json.dumps({"argv": cmd, "cwd": str(cwd), "env": env}).encode()
+        out_r, out_w = os.pipe()
+        err_r, err_w = (out_r, os.dup(out_w)) if merged else os.pipe()
+        try:
+            socket.send_fds(self._sock, [request], [out_w, err_w])
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        try:
+            pid = self._receive()["pid"]
+        except BaseException:
+            self.close()
+            os.close(out_r)
+            if not merged:
+                os.close(err_r)
+            raise
+        return Child(self, cmd, pid, out_r, None if merged else err_r, release)
 
     def _collect(self, out_r: int, err_r: int, timeout: float):
         """The child's output to its end and its exit code (None if it has not ended), and
@@ -241,11 +303,85 @@ class Zygote:
         shutil.rmtree(self._home, ignore_errors=True)
 
 
+class Child:
+    """A command forked by a zygote, with subprocess.Popen's interface for one started with
+    stdout (and stderr, unless merged) piped in text mode and a process group of its own. Its
+    exit code comes from the zygote, which reaps it; signals go to its pid while it runs."""
+
+    def __init__(self, zygote: Zygote, args: List[str], pid: int, out_r: int, err_r: Optional[int], release):
+        self.args, self.pid, self.returncode = args, pid, None
+        self._zygote, self._release = zygote, release
+        self.stdout = open(out_r, encoding=_encoding())
+        self.stderr = open(err_r, encoding=_encoding()) if err_r is not None else None
+        self._readers: Dict[str, threading.Thread] = {}
+        self._read: Dict[str, str] = {}
+
+    def poll(self) -> Optional[int]:
+        return self._wait(0)
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        code = self._wait(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return code
+
+    def _wait(self, timeout: Optional[float]) -> Optional[int]:
+        if self.returncode is None:
+            sock = self._zygote._sock
+            if select.select([sock], [], [], timeout)[0]:
+                try:
+                    self.returncode = self._zygote._receive()["returncode"]
+                finally:
+                    self._release()
+        return self.returncode
+
+    def communicate(self, timeout: Optional[float] = None):
+        """The rest of stdout and stderr (None if merged), once the command has ended."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for name in ("stdout", "stderr"):
+            stream = getattr(self, name)
+            if stream is not None and name not in self._readers:
+                self._readers[name] = threading.Thread(target=lambda n=name, s=stream: self._read.__setitem__(n, s.read()),
+                                                       daemon=True)
+                self._readers[name].start()
+        for reader in self._readers.values():
+            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+        return self._read.get("stdout"), self._read.get("stderr")
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+        self.wait()
+
+
 _idle: Dict[tuple, List[Zygote]] = {}
 _lock = threading.Lock()
 
 
 def _text(data: bytes) -> str:
     """As subprocess.run(text=True) decodes (subprocess._text_encoding, universal newlines)."""
-    encoding = "utf-8" if sys.flags.utf8_mode else locale.getencoding()
-    return data.decode(encoding).replace("\r\n", "\n").replace("\r", "\n")
+    return data.decode(_encoding()).replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _encoding() -> str:
+    return "utf-8" if sys.flags.utf8_mode else locale.getencoding()

@@ -120,6 +120,13 @@ class _RecordingEnviron(os._Environ):
 def serve(kind: str, fd: int) -> None:
     """The zygote's program: preload, then fork a child per request until the socket closes."""
     sock = socket.socket(fileno=fd)
+    # setproctitle set up before a child clears and sets the environment: at its first call it
+    # finds the process's argv by walking back from the first C environ string, which would then
+    # be on the heap, and the titles the standby task and the advisor's probes give their
+    # processes would be lost (setproctitle's SPT_DEBUG=1 shows it).
+    import setproctitle
+
+    setproctitle.getproctitle()
     # As the interpreter set them up; nothing here changes them, but a preloaded module might.
     handlers = {sig: signal.getsignal(sig) for sig in signal.valid_signals()}
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
@@ -233,6 +240,9 @@ def _child(request: dict, fds: List[int], sock: socket.socket, home: str, handle
     """Becomes `python -m MODULE ARGS` in the request's directory and environment; never returns."""
     try:
         os.setpgid(0, 0)
+        if request.get("cgroup"):  # first, so that all it allocates is counted there
+            with open(os.path.join(request["cgroup"], "cgroup.procs"), "w") as procs:
+                procs.write(str(os.getpid()))
         sock.detach()  # its fd is closed below; a socket object left would close a reused number later
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)

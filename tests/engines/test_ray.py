@@ -30,6 +30,7 @@ import pytest
 from xpdist.core.jobdir import JobDir
 from xpdist.driver.engines._ray_actors import job_key
 
+from tests import zygote
 from tests.helpers import LOG_MODEL, TINY, Xpdist, xpdist_env
 from tests.integration.test_cluster import epochs_logged, finish, only_run, start, weights
 
@@ -324,8 +325,7 @@ def test_sweep_ctrl_c_cancels_every_job(xpdist: Xpdist, head, tmp_path):
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "xpdist", "-m", *TINY, "strategy=one_device", "seed=1,2", "trainer.epochs=1000",
            "hydra/launcher=ray", f"hydra.launcher.ray.init.address={head}", f"hydra.sweep.dir={sweep}"]
-    proc = subprocess.Popen(cmd, cwd=xpdist.workdir, env=xpdist_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = zygote.popen(cmd, xpdist.workdir, xpdist_env(), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
     while not all((sweep / job / "metrics.jsonl").is_file() for job in ("0", "1")):  # both jobs trained an epoch
         if proc.poll() is not None or time.monotonic() > deadline:

@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 
+from tests import zygote
 from tests.helpers import LOG_MODEL, TINY, xpdist_env
 from tests.services import free_port
 
@@ -89,8 +90,7 @@ def test_server_away_for_30_s_mid_training(xpdist, tracking, tmp_path):
     job = tmp_path / "job"
     cmd = [sys.executable, "-m", "xpdist", *TINY, "trainer=ctl", "dataset.num_examples=2000", "trainer.epochs=6",
            f"tracking.uri={tracking.uri}", f"tracking.experiment={name}", f"hydra.run.dir={job}"]
-    proc = subprocess.Popen(cmd, cwd=xpdist.workdir, env=xpdist_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = zygote.popen(cmd, xpdist.workdir, xpdist_env(), stderr=subprocess.STDOUT)
     try:
         # Epoch 1 on the server, not only in the task's metric file: the task trains while the
         # driver still records the run's params, and an outage then is another case (the run

@@ -20,6 +20,7 @@ from typing import List, Set
 import psutil
 import pytest
 
+from tests import zygote
 from tests.helpers import TINY, Xpdist, xpdist_env
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir
@@ -86,8 +87,7 @@ def weights(model_file: Path) -> dict:
 
 def start(xpdist: Xpdist, job_dir: Path, *overrides: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "xpdist", *TINY, *overrides, f"hydra.run.dir={job_dir}"]
-    return subprocess.Popen(cmd, cwd=xpdist.workdir, env=xpdist_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return zygote.popen(cmd, xpdist.workdir, xpdist_env(), stderr=subprocess.STDOUT)
 
 
 def kill_after(proc: subprocess.Popen, job_dir: Path, task: str, ready: Path, timeout: float = 300) -> int:

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psutil
 import pytest
 
+from tests import zygote
 from tests.helpers import TINY, Xpdist, xpdist_env
 from tests.helpers import closed_port
 from tests.integration.harness import describe, run_many, store_template
@@ -50,8 +51,7 @@ def interrupt_mid_training(xpdist: Xpdist, signum: int, timeout: float = 300) ->
     is tests/unit/test_process.py.
     """
     cmd = [sys.executable, "-m", "xpdist", *TINY, *LONG]
-    proc = subprocess.Popen(cmd, cwd=xpdist.workdir, env=xpdist_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = zygote.popen(cmd, xpdist.workdir, xpdist_env())
     lines, first_epoch = [], threading.Event()
 
     def read():

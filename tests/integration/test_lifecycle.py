@@ -22,6 +22,7 @@ import pytest
 from xpdist.tracking.heartbeat import HEARTBEAT_TAG
 from xpdist.tracking.params import SUMMARY_PARAMS
 
+from tests import zygote
 from tests.helpers import REPO, TINY, Xpdist, xpdist_env
 
 pytestmark = pytest.mark.slow
@@ -102,8 +103,7 @@ LONG = ["dataset.num_examples=20000", "trainer.steps_per_execution=1"]
 
 def start(xpdist: Xpdist, *overrides: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "xpdist", *TINY, *overrides]
-    return subprocess.Popen(cmd, cwd=xpdist.workdir, env=xpdist_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return zygote.popen(cmd, xpdist.workdir, xpdist_env())
 
 
 def wait_for_epoch(xpdist: Xpdist, proc: subprocess.Popen, epoch: int, timeout: float = 300,

@@ -23,6 +23,7 @@ import psutil
 import pytest
 
 from tests.datafiles import write_image_folder
+from tests import zygote
 from tests.helpers import REPO, compose, xpdist_env
 
 pytestmark = pytest.mark.slow
@@ -155,6 +156,13 @@ def _descendants(pid):
     return psutil.Process(pid).children(recursive=True)
 
 
+def _cmdline(proc) -> str:
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:  # ended meanwhile
+        return ""
+
+
 def _alive(proc) -> bool:
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
@@ -166,8 +174,7 @@ def test_ctrl_c_kills_the_running_job_and_the_sweep(xpdist):
     # A terminal's Ctrl-C: SIGINT to the CLI's whole process group while job 0 trains.
     cmd = [sys.executable, "-m", "xpdist", "-m", "seed=1,2", "trainer.epochs=100000", "trainer.progress=false",
            "trainer.keep_checkpoints=0"]
-    cli = subprocess.Popen(cmd, cwd=xpdist.workdir, env=xpdist_env(), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    cli = zygote.popen(cmd, xpdist.workdir, xpdist_env())
     try:
         seen = set()
         deadline = time.monotonic() + 300
@@ -182,7 +189,7 @@ def test_ctrl_c_kills_the_running_job_and_the_sweep(xpdist):
         else:
             pytest.fail(f"job 0 never logged an epoch: {cli.communicate()}")
         seen.update(_descendants(cli.pid))
-        assert any("xpdist.task" in " ".join(p.cmdline()) for p in seen if p.is_running())
+        assert any("xpdist.task" in _cmdline(p) for p in seen if p.is_running()), [_cmdline(p) for p in seen]
         os.killpg(cli.pid, signal.SIGINT)
         _, err = cli.communicate(timeout=120)
     finally:
@@ -211,8 +218,7 @@ def _training(xpdist, count: int) -> list:
 def _start_parallel(xpdist, *overrides):
     cmd = [sys.executable, "-m", "xpdist", "-m", "trainer.progress=false", "trainer.keep_checkpoints=0",
            "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2", *overrides]
-    return subprocess.Popen(cmd, cwd=xpdist.workdir, env=xpdist_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return zygote.popen(cmd, xpdist.workdir, xpdist_env())
 
 
 def _kill_if_running(cli) -> None:

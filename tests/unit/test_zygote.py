@@ -160,3 +160,38 @@ def test_a_run_zygote_serves_only_environments_its_imports_read_alike(run_zygote
     assert not run_zygote.serves({**env, "MLFLOW_LOGGING_LEVEL": "DEBUG"})  # read at import
     assert not run_zygote.serves({**env, "TQDM_DISABLE": "1"})  # tqdm lists TQDM_* at import
     assert run_zygote.serves({**env, "XPDIST_STANDBY": "0"})  # read by the command, not by the imports
+
+
+# Says it is ready on stdout, a line on stderr, then waits for a signal.
+WAITS = '''
+import sys, time
+print("ready", flush=True)
+print("on stderr", file=sys.stderr, flush=True)
+time.sleep(600)
+'''
+
+
+@pytest.mark.parametrize("merged", [False, True])
+def test_a_watched_command_is_signalled_and_waited_for_as_a_popen(tmp_path, merged):
+    """zygote.popen: its output read while it runs, a signal to its pid, its exit code and the
+    rest of its output from communicate, as from subprocess.Popen (stderr on its own pipe, or
+    merged into stdout); the zygote serves the next command afterwards."""
+    (tmp_path / "zygote_waits.py").write_text(WAITS)
+    cmd = [sys.executable, "-m", "zygote_waits"]
+    env = xpdist_env()
+    stderr = subprocess.STDOUT if merged else subprocess.PIPE
+    child = zygote.popen(cmd, tmp_path, env, kind="check", stderr=stderr)
+    assert isinstance(child, zygote.Child) and child.args == cmd
+    assert child.stdout.readline() == "ready\n"
+    assert child.poll() is None and os.getpgid(child.pid) == child.pid
+    with pytest.raises(subprocess.TimeoutExpired):
+        child.wait(timeout=0.2)
+    child.send_signal(15)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == -15 and child.poll() == -15
+    assert (out, err) == (("on stderr\n", None) if merged else ("", "on stderr\n"))
+    assert not psutil.pid_exists(child.pid)
+    again = zygote.popen(cmd, tmp_path, env, kind="check", stderr=stderr)
+    assert again.stdout.readline() == "ready\n"
+    again.kill()
+    assert again.wait(timeout=60) == -9

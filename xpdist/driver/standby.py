@@ -132,6 +132,11 @@ def _fork(env: Dict[str, str], replies: int) -> _Forked:
     if pid == 0:
         code = 0
         try:
+            # Set up before the environment changes: its first call finds the process's argv by
+            # walking back from the first C environ string, which clear() moves.
+            import setproctitle  # (a dependency; imported here, in the child only)
+
+            setproctitle.getproctitle()
             os.setpgid(0, 0)
             os.dup2(stdin_r, 0)
             os.close(stdin_r)
@@ -144,8 +149,7 @@ def _fork(env: Dict[str, str], replies: int) -> _Forked:
                 setattr(sys, name, io.TextIOWrapper(io.FileIO(stream.fileno(), "wb", closefd=False),
                                                     encoding=stream.encoding, errors=stream.errors,
                                                     write_through=True))
-            import setproctitle  # as a started one reads in `ps` (a dependency; imported here, in the child)
-
+            # As a started one reads in `ps`.
             setproctitle.setproctitle(" ".join(spawn.task_command(STANDBY_ARG, str(replies))))
             sys.argv = ["-m", STANDBY_ARG, str(replies)]
             runpy.run_module("xpdist.task", run_name="__main__", alter_sys=True)
