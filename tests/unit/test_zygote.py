@@ -134,6 +134,8 @@ def run_zygote():
     own.close()
 
 
+# Slow: a run zygote imports TensorFlow (5 s of one worker's fast tier).
+@pytest.mark.slow
 def test_a_run_zygote_child_has_the_drivers_modules_and_the_tests_environment(tmp_path, run_zygote):
     """kind="run": MLflow's store and TensorFlow imported before the fork (so that the driver
     forks its standby task, xpdist/driver/standby.py), no thread but main, and the environment
@@ -150,6 +152,7 @@ def test_a_run_zygote_child_has_the_drivers_modules_and_the_tests_environment(tm
     assert not started["mlflow"] and not started["tensorflow"] and started["environ"] == first["environ"]
 
 
+@pytest.mark.slow
 def test_a_run_zygote_serves_only_environments_its_imports_read_alike(run_zygote):
     """What MLflow's, pandas' and tqdm's imports read (a value, a presence, a prefix's variables)
     decides; a command whose environment differs there is started instead (zygote.run)."""
