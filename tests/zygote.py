@@ -44,8 +44,8 @@ imports it (xpdist/driver/standby.py), and the command's tasks fork from that st
 started one: 2.2 to 2.9 CPU-seconds for `python -m xpdist trainer.epochs=1` against 6.1 to 6.9 (the AMD
 EPYC of this machine kind, 2026-12-06). What differs in such a task: it also holds the driver's
 modules (Hydra, MLflow: the MLflow model's export imports nothing more). The commands the tests
-start as subprocesses (the docs' commands, the signalled ones, the benchmark) keep the started
-standby.
+start as subprocesses (the docs' commands, the benchmark, those run with another TF_CONFIG)
+keep the started standby.
 
 What it does not change: a forked child has its own process group, so that a command that
 outlives its timeout is killed with everything it started (then subprocess.TimeoutExpired,
@@ -57,12 +57,13 @@ that a child's full collections neither walk nor copy them: a timing difference 
 
 Used by tests.helpers.Xpdist.run (fork="run" by default, "check" for commands that end before
 training) and by the advisor's tests (`python -m xpdist advise`, whose probes the advisor forks
-in turn). Tests whose subject is the interpreter's start (`--help`, what an import pulls in,
-console scripts), the commands a page of the docs shows as a user types them, `python -m xpdist
-docs`, and commands a test signals or starts in a cgroup keep real subprocesses. The zygotes end
-with the test process (atexit), or when their socket closes if the test process dies first.
+in turn); `popen` serves the commands a test signals or watches while they run, and `run`'s
+cgroup the ones a test runs in a memory cgroup. Tests whose subject is the interpreter's start
+(`--help`, what an import pulls in, console scripts), the commands a page of the docs shows as a
+user types them and `python -m xpdist docs` keep real subprocesses. The zygotes end with the
+test process (atexit), or when their socket closes if the test process dies first.
 
-This module is the test's side (`run`); tests/zygote_process.py is the zygote's program.
+This module is the test's side (`run`, `popen`); tests/zygote_process.py is the zygote's program.
 """
 
 from __future__ import annotations
@@ -109,12 +110,7 @@ def run(cmd: Sequence[str], cwd, env: Dict[str, str], timeout: float, kind: str 
     cmd = [str(arg) for arg in cmd]
     if cmd[:2] != [sys.executable, "-m"] or len(cmd) < 3:
         raise ValueError(f"the zygote runs `{sys.executable} -m MODULE ...`, not {cmd}")
-    key = (kind, tuple(sorted((k, v) for k, v in env.items() if _startup(k))))
-    with _lock:
-        idle = _idle.setdefault(key, [])
-        zygote = idle.pop() if idle else None
-    if zygote is None or zygote.closed:
-        zygote = Zygote(env, kind)
+    key, zygote = _checkout(env, kind)
     try:
         if not zygote.serves(env):
             join = (lambda: (Path(cgroup) / "cgroup.procs").write_text(str(os.getpid()))) if cgroup else None
@@ -122,27 +118,21 @@ def run(cmd: Sequence[str], cwd, env: Dict[str, str], timeout: float, kind: str 
                                   preexec_fn=join)
         return zygote.run(cmd, cwd, env, timeout, cgroup)
     finally:
-        if not zygote.closed:
-            with _lock:
-                _idle[key].append(zygote)
+        _release(key, zygote)
 
 
 def popen(cmd: Sequence[str], cwd, env: Dict[str, str], kind: str = "run", stderr=subprocess.PIPE):
     """subprocess.Popen(cmd, cwd=cwd, env=env, stdout=PIPE, stderr=stderr, text=True,
     start_new_session=True) for cmd = [sys.executable, "-m", MODULE, ...], forked from a zygote
     (a Child: Popen's pid, args, returncode, stdout, stderr, poll, wait, communicate,
-    send_signal, terminate, kill); a real Popen where the zygote's imports read env otherwise.
-    stderr: PIPE, or STDOUT for both streams on one pipe. For the commands a test signals or
-    watches while they run; the zygote serves no other command until this one has ended."""
+    send_signal, terminate, kill; its own process group, as a new session's); a real Popen
+    where the zygote's imports read env otherwise. stderr: PIPE, or STDOUT for both streams on
+    one pipe. For the commands a test signals or watches while they run; the zygote serves no
+    other command until this one has ended."""
     cmd = [str(arg) for arg in cmd]
     if cmd[:2] != [sys.executable, "-m"] or len(cmd) < 3 or stderr not in (subprocess.PIPE, subprocess.STDOUT):
         raise ValueError(f"the zygote runs `{sys.executable} -m MODULE ...` with piped output, not {cmd}")
-    key = (kind, tuple(sorted((k, v) for k, v in env.items() if _startup(k))))
-    with _lock:
-        idle = _idle.setdefault(key, [])
-        zygote = idle.pop() if idle else None
-    if zygote is None or zygote.closed:
-        zygote = Zygote(env, kind)
+    key, zygote = _checkout(env, kind)
     if not zygote.serves(env):
         _release(key, zygote)
         return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True,
@@ -152,6 +142,17 @@ def popen(cmd: Sequence[str], cwd, env: Dict[str, str], kind: str = "run", stder
     except BaseException:
         _release(key, zygote)
         raise
+
+
+def _checkout(env: Dict[str, str], kind: str):
+    """An idle zygote of kind for env's start-up environment (a new one if none is idle), and its key."""
+    key = (kind, tuple(sorted((k, v) for k, v in env.items() if _startup(k))))
+    with _lock:
+        idle = _idle.setdefault(key, [])
+        zygote = idle.pop() if idle else None
+    if zygote is None or zygote.closed:
+        zygote = Zygote(env, kind)
+    return key, zygote
 
 
 def _release(key: tuple, zygote: "Zygote") -> None:
