@@ -103,6 +103,45 @@ def test_a_sweeps_jobs_get_standby_tasks(xpdist, launcher):
         assert 0 < child.data.metrics["first_step_s"] < float(child.data.tags["xpdist.wall_time_s"])
 
 
+# On every Python process of a command (PYTHONPATH): notes the pid of a process that imports
+# TensorFlow, in the file XPDIST_TEST_TF_IMPORTS names. (An audit hook, since the standby and the
+# task import TensorFlow with stderr silenced: -X importtime's lines go with it.)
+NOTE_TF_IMPORTS = """
+import os, sys
+
+def _note(event, args):
+    if event == "import" and args[0] == "tensorflow" and "tensorflow" not in sys.modules:
+        with open(os.environ["XPDIST_TEST_TF_IMPORTS"], "a") as notes:
+            notes.write(f"{os.getpid()}\\n")
+
+if os.environ.get("XPDIST_TEST_TF_IMPORTS"):
+    sys.addaudithook(_note)
+"""
+
+
+@pytest.mark.parametrize("enabled", ["1", "0"])
+def test_a_parallel_sweep_imports_tensorflow_once(xpdist, enabled):
+    """hydra/launcher=local_parallel: the sweep's process imports TensorFlow before it forks the
+    jobs, and each job forks its standby from itself (parallel_launcher._tensorflow_for_jobs):
+    one import for the sweep, where each job's started standby imported it again. Without the
+    standby the sweep's process imports nothing, and each job's task its own. Started, not
+    forked from the tests' zygote, which has TensorFlow imported already."""
+    hooks = xpdist.workdir / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(NOTE_TF_IMPORTS)
+    notes = xpdist.workdir / "tf-imports"
+    env = {"PYTHONPATH": f"{hooks}{os.pathsep}{xpdist_env()['PYTHONPATH']}", "XPDIST_TEST_TF_IMPORTS": str(notes),
+           "XPDIST_STANDBY": enabled}
+    run = xpdist.run(*LINEAR, "optimizer.learning_rate=0.01,0.05", "hydra.sweep.dir=sweep",
+                     "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2", multirun=True, env=env, fork="")
+    assert run.returncode == 0, run.stdout + run.stderr
+    pids = notes.read_text().split()
+    assert len(pids) == len(set(pids)) == (1 if enabled == "1" else 2), pids
+    assert sorted(r.info.status for r in xpdist.runs()) == ["FINISHED"] * 3  # the parent and 2 jobs
+    assert [_task_started_before_its_job(xpdist.workdir / "sweep" / str(num)) for num in range(2)] == \
+        [enabled == "1"] * 2
+
+
 @pytest.mark.cluster
 def test_a_localhost_clusters_chief_is_the_standby_and_writes_its_log(xpdist):
     # multi_worker_mirrored on 2 localhost workers: worker 0, the chief, is the task started with
