@@ -553,8 +553,9 @@ def markdown(table, targets: List[dict], meta: dict) -> str:
         o = meta["sweep_overhead"]
         lines += [f"Sweep of {o['jobs']} jobs: {o['sweep_ratio']:.2f}x the single runs' sum (target 1.05x); "
                   f"parallel launcher {o['parallel_ratio']:.2f}x the sum / {o['cores']} cores (target 1.15x), "
-                  f"{o['parallel_to_bound']:.2f}x its lower bound here ({o['parallel_bound_s']:.1f} s: the single "
-                  f"runs' {o['singles_cpu_s']:.1f} CPU-s / {o['cores']} cores, or whole rounds of one run). "
+                  f"{o['parallel_to_bound']:.2f}x the single runs' floor here ({o['parallel_bound_s']:.1f} s: their "
+                  f"{o['singles_cpu_s']:.1f} CPU-s / {o['cores']} cores, or whole rounds of one run; a sweep's jobs "
+                  f"share imports that each single run pays). "
                   f"CPU-seconds: parallel {o['parallel_cpu_s']:.1f}, sequential {o['sweep_cpu_s']:.1f}, "
                   f"{o['parallel_cpu_s'] / o['sweep_cpu_s']:.2f}x (target {MAX_PARALLEL_SWEEP_CPU}x)."]
     return "\n".join(lines) + "\n"
