@@ -105,12 +105,15 @@ def test_a_sweeps_jobs_get_standby_tasks(xpdist, launcher):
 
 # On every Python process of a command (PYTHONPATH): notes the pid of a process that imports
 # TensorFlow, in the file XPDIST_TEST_TF_IMPORTS names. (An audit hook, since the standby and the
-# task import TensorFlow with stderr silenced: -X importtime's lines go with it.)
+# task import TensorFlow with stderr silenced: -X importtime's lines go with it.) With
+# XPDIST_TEST_TF_BROKEN_IN_SWEEP=1 the import fails in a parallel sweep's process instead.
 NOTE_TF_IMPORTS = """
 import os, sys
 
 def _note(event, args):
     if event == "import" and args[0] == "tensorflow" and "tensorflow" not in sys.modules:
+        if os.environ.get("XPDIST_TEST_TF_BROKEN_IN_SWEEP") and "xpdist.driver.parallel_launcher" in sys.modules:
+            raise ImportError("a broken TensorFlow (the test's)")
         with open(os.environ["XPDIST_TEST_TF_IMPORTS"], "a") as notes:
             notes.write(f"{os.getpid()}\\n")
 
@@ -119,27 +122,31 @@ if os.environ.get("XPDIST_TEST_TF_IMPORTS"):
 """
 
 
-@pytest.mark.parametrize("enabled", ["1", "0"])
-def test_a_parallel_sweep_imports_tensorflow_once(xpdist, enabled):
+@pytest.mark.parametrize("case", ["standby", "no standby", "broken in the sweep"])
+def test_a_parallel_sweep_imports_tensorflow_once(xpdist, case):
     """hydra/launcher=local_parallel: the sweep's process imports TensorFlow before it forks the
     jobs, and each job forks its standby from itself (parallel_launcher._tensorflow_for_jobs):
     one import for the sweep, where each job's started standby imported it again. Without the
-    standby the sweep's process imports nothing, and each job's task its own. Started, not
-    forked from the tests' zygote, which has TensorFlow imported already."""
+    standby the sweep's process imports nothing, and each job's task its own. Where the import
+    fails in the sweep's process, it says so in one line and each job's standby imports its
+    own. Started, not forked from the tests' zygote, which has TensorFlow imported already."""
     hooks = xpdist.workdir / "hooks"
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(NOTE_TF_IMPORTS)
     notes = xpdist.workdir / "tf-imports"
     env = {"PYTHONPATH": f"{hooks}{os.pathsep}{xpdist_env()['PYTHONPATH']}", "XPDIST_TEST_TF_IMPORTS": str(notes),
-           "XPDIST_STANDBY": enabled}
+           "XPDIST_STANDBY": "0" if case == "no standby" else "1",
+           "XPDIST_TEST_TF_BROKEN_IN_SWEEP": "1" if case == "broken in the sweep" else ""}
     run = xpdist.run(*LINEAR, "optimizer.learning_rate=0.01,0.05", "hydra.sweep.dir=sweep",
                      "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2", multirun=True, env=env, fork="")
     assert run.returncode == 0, run.stdout + run.stderr
     pids = notes.read_text().split()
-    assert len(pids) == len(set(pids)) == (1 if enabled == "1" else 2), pids
+    assert len(pids) == len(set(pids)) == (1 if case == "standby" else 2), pids
     assert sorted(r.info.status for r in xpdist.runs()) == ["FINISHED"] * 3  # the parent and 2 jobs
     assert [_task_started_before_its_job(xpdist.workdir / "sweep" / str(num)) for num in range(2)] == \
-        [enabled == "1"] * 2
+        [case != "no standby"] * 2
+    broken = "TensorFlow could not be imported once for the jobs (ImportError: a broken TensorFlow (the test's))"
+    assert (broken in run.stdout + run.stderr) is (case == "broken in the sweep"), run.stdout + run.stderr
 
 
 @pytest.mark.cluster

@@ -142,7 +142,11 @@ def _tensorflow_for_jobs(config: DictConfig) -> None:
     # The driver's one import of the task package (pyproject.toml's contracts name it).
     from xpdist.task import preimport
 
-    preimport.import_for_forks()
+    try:
+        preimport.import_for_forks()
+    except Exception as err:  # noqa: BLE001  (each job's task imports it again and reports its failure)
+        log.warning(f"Parallel launcher: TensorFlow could not be imported once for the jobs ({type(err).__name__}: "
+                    f"{err}); each job imports its own")
 
 
 def _receive(r: _Running):
