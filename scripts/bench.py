@@ -1,10 +1,11 @@
 """Benchmarks xpdist against the hand-written script it replaces.
 
-The same training (model, data, epochs, seed, strategy) runs three ways, each in a fresh
+The same training (model, data, epochs, seed, strategy) runs up to four ways, each in a fresh
 process, repetitions interleaved so that machine noise hits every way alike:
 
   xpdist         python -m xpdist <overrides>        (MLflow run, checkpoints, model artifact)
   script+mlflow  scripts/bench_baseline.py           (the guide's Model.fit, logging to MLflow)
+  script+model   scripts/bench_baseline.py --log-model  (the same, and the model in MLflow's format)
   script         scripts/bench_baseline.py --no-mlflow
 
 It reports the median and the spread (min-max) over the repetitions of whole-process wall
@@ -60,7 +61,7 @@ from xpdist.driver.launchers.localhost import free_ports  # noqa: E402  (portpic
 
 REPO = Path(__file__).resolve().parents[1]
 BASELINE = REPO / "scripts" / "bench_baseline.py"
-WAYS = ("xpdist", "script+mlflow", "script")
+WAYS = ("xpdist", "script+mlflow", "script+model", "script")
 # Extra xpdist way for the logging measurement: the same run with a metric logged every step.
 LOGGED = "xpdist+step-log"
 # Targets of issues 5 and 27, checked here rather than in timed tests.
@@ -355,6 +356,8 @@ def run_script(m: Measure, args: List[str], strategy: Strategy, work: Path, time
         cmd.append("--no-mlflow")
     else:
         cmd += ["--tracking-uri", f"sqlite:///{work / 'script' / 'mlflow.db'}"]
+    if m.way == "script+model":
+        cmd.append("--log-model")
     envs = [base_env()]
     if strategy.workers > 1:
         counts = {"chief": 1, "worker": strategy.workers, "ps": strategy.ps} if strategy.ps else {
@@ -473,6 +476,11 @@ def checks(table, log_us: float = float("nan")) -> List[dict]:
             extra = x[key] - script[key]
             out.append(dict(case=case, target=f"wall time <= script without MLflow + {MAX_WALL_OVERHEAD_S} s ({stat})",
                             figure=f"{extra:+.2f} s", met=extra <= MAX_WALL_OVERHEAD_S))
+        modelled = ways.get("script+model")
+        if modelled:  # the same ending's work in both: a figure, no target
+            for what, key in (("after training", "after_training_s"), ("wall time", "wall_s")):
+                out.append(dict(case=case, target=f"{what} against the script that logs its model too (medians)",
+                                figure=f"{x[key] - modelled[key]:+.2f} s", met=None))
         if case.startswith("cnn/") and scripted:
             speedup = x["steady_examples_per_sec"] / scripted["steady_examples_per_sec"]
             out.append(dict(case=case, target=f"cnn: defaults >= {CNN_SPEEDUP}x the guide-style script",

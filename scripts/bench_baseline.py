@@ -49,6 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-mlflow", action="store_true", help="train without any MLflow logging")
     p.add_argument("--tracking-uri", default=None, help="default: MLFLOW_TRACKING_URI, else ./mlflow.db")
     p.add_argument("--experiment", default="baseline")
+    p.add_argument("--log-model", action="store_true",
+                   help="also log the trained model with mlflow.keras.log_model (not under --no-mlflow)")
     args = p.parse_args(argv)
     images = args.dataset == "synthetic_images"
     args.num_examples = args.num_examples or (2048 if images else 100)
@@ -191,6 +193,8 @@ def main(argv=None) -> int:
             lambda _context: make_data(tf, args, global_batch)[0].repeat())
         fit_args["steps_per_epoch"] = steps
     history = model.fit(dataset, **fit_args)
+    if args.log_model and not args.no_mlflow:
+        log_model(tf, args, model, global_batch, log)
     if log:
         mlflow.end_run()
     rates = sorted(timing["rates"][1:]) or timing["rates"]
@@ -201,6 +205,43 @@ def main(argv=None) -> int:
     if chief:
         print("BENCH_RESULT " + json.dumps(result), flush=True)
     return 0
+
+
+def log_model(tf, args, model, global_batch: int, chief_logs: bool) -> None:
+    """The trained model in MLflow's Keras flavour, as a user logs it: mlflow.keras.log_model with
+    a signature inferred from an example's predictions and the requirements named, as xpdist
+    names them (inferred, they cost a process that imports TensorFlow again). No input example:
+    mlflow.keras.log_model fails with one, writing it before it makes the model's folder
+    (mlflow/mlflow#16183; xpdist makes the folder first, a script would not). Under
+    multi_worker_mirrored saving reads variables through collectives, so the other workers
+    save too, into a folder they delete (the guide's "Model saving and loading")."""
+    if not chief_logs:
+        if args.strategy == "multi_worker_mirrored":
+            import shutil
+            import tempfile
+
+            scratch = tempfile.mkdtemp()
+            model.save(os.path.join(scratch, "model.keras"))
+            shutil.rmtree(scratch, ignore_errors=True)
+        return
+    import mlflow
+    from mlflow.models import infer_signature
+
+    inputs = next(iter(make_data(tf, args, global_batch)[0]))[0]
+    example = inputs[:5].numpy().astype("float32")
+    signature = infer_signature(example, model(example, training=False).numpy())
+    requirements = [f"tensorflow=={tf.__version__}", f"mlflow=={mlflow.__version__}"]
+    if os.environ.get("TF_USE_LEGACY_KERAS") == "1":  # tf-keras: MLflow's tensorflow flavour
+        import mlflow.tensorflow
+        import tf_keras
+
+        mlflow.tensorflow.log_model(model, name="model", signature=signature,
+                                    pip_requirements=requirements + [f"tf-keras=={tf_keras.__version__}"])
+    else:
+        import mlflow.keras
+
+        mlflow.keras.log_model(model, name="model", signature=signature,
+                               pip_requirements=requirements + [f"keras=={tf.keras.__version__}"])
 
 
 if __name__ == "__main__":

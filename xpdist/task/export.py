@@ -152,6 +152,7 @@ def save_mlflow_model(ctx, keras_file: Path, target: Path, preloaded: Optional[P
         example = np.zeros((EXAMPLE_ROWS, *model.input_shape[1:]), "float32")
     signature = infer_signature(example, model(example, training=False).numpy())
     shutil.rmtree(target, ignore_errors=True)  # a reused job directory
-    target.mkdir(parents=True)  # mlflow.keras.save_model writes its example before making the folder
+    # mlflow.keras.save_model writes its example before it makes the folder (mlflow/mlflow#16183).
+    target.mkdir(parents=True)
     flavour.save_model(model, str(target), signature=signature, input_example=example,
                        pip_requirements=requirements(ctx))
