@@ -50,7 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tracking-uri", default=None, help="default: MLFLOW_TRACKING_URI, else ./mlflow.db")
     p.add_argument("--experiment", default="baseline")
     p.add_argument("--log-model", action="store_true",
-                   help="also log the trained model with mlflow.keras.log_model (not under --no-mlflow)")
+                   help="also log the trained model in MLflow's format (mlflow.keras.log_model; "
+                   "mlflow.tensorflow.log_model under tf-keras); not under --no-mlflow")
     args = p.parse_args(argv)
     images = args.dataset == "synthetic_images"
     args.num_examples = args.num_examples or (2048 if images else 100)
@@ -208,11 +209,12 @@ def main(argv=None) -> int:
 
 
 def log_model(tf, args, model, global_batch: int, chief_logs: bool) -> None:
-    """The trained model in MLflow's Keras flavour, as a user logs it: mlflow.keras.log_model with
-    a signature inferred from an example's predictions and the requirements named, as xpdist
-    names them (inferred, they cost a process that imports TensorFlow again). No input example:
-    mlflow.keras.log_model fails with one, writing it before it makes the model's folder
-    (mlflow/mlflow#16183; xpdist makes the folder first, a script would not). Under
+    """The trained model in MLflow's format, as a user logs it: mlflow.keras.log_model (under
+    tf-keras mlflow.tensorflow.log_model) with a signature inferred from an example's
+    predictions and the requirements named, as xpdist names them (inferred, they cost a
+    process that imports TensorFlow again). No input example: mlflow.keras.log_model fails
+    with one, writing it before it makes the model's folder (mlflow/mlflow#16183; xpdist
+    makes the folder first, a script would not). Under
     multi_worker_mirrored saving reads variables through collectives, so the other workers
     save too, into a folder they delete (the guide's "Model saving and loading")."""
     if not chief_logs:
