@@ -150,6 +150,7 @@ def main(argv=None) -> int:
     tf.keras.utils.set_random_seed(args.seed)
     global_batch = args.per_replica_batch * strategy.num_replicas_in_sync
     dataset, input_shape, outputs = make_data(tf, args, global_batch)
+    batches = dataset  # parameter_server's Model.fit takes a DatasetCreator instead (below)
     with strategy.scope():
         model = make_model(tf.keras, args, input_shape, outputs)
     steps = args.num_examples // global_batch
@@ -195,7 +196,7 @@ def main(argv=None) -> int:
         fit_args["steps_per_epoch"] = steps
     history = model.fit(dataset, **fit_args)
     if args.log_model and not args.no_mlflow:
-        log_model(tf, args, model, global_batch, log)
+        log_model(tf, args, model, batches, log)
     if log:
         mlflow.end_run()
     rates = sorted(timing["rates"][1:]) or timing["rates"]
@@ -208,15 +209,16 @@ def main(argv=None) -> int:
     return 0
 
 
-def log_model(tf, args, model, global_batch: int, chief_logs: bool) -> None:
+def log_model(tf, args, model, batches, chief_logs: bool) -> None:
     """The trained model in MLflow's format, as a user logs it: mlflow.keras.log_model (under
     tf-keras mlflow.tensorflow.log_model) with a signature inferred from an example's
     predictions and the requirements named, as xpdist names them (inferred, they cost a
     process that imports TensorFlow again). No input example: mlflow.keras.log_model fails
     with one, writing it before it makes the model's folder (mlflow/mlflow#16183; xpdist
-    makes the folder first, a script would not). Under
-    multi_worker_mirrored saving reads variables through collectives, so the other workers
-    save too, into a folder they delete (the guide's "Model saving and loading")."""
+    makes the folder first, a script would not). Under multi_worker_mirrored saving reads
+    variables through collectives, so the other workers save too, into a folder they delete
+    (the guide's "Model saving and loading"). `batches`: the training data, whose first batch
+    gives the example."""
     if not chief_logs:
         if args.strategy == "multi_worker_mirrored":
             import shutil
@@ -229,7 +231,7 @@ def log_model(tf, args, model, global_batch: int, chief_logs: bool) -> None:
     import mlflow
     from mlflow.models import infer_signature
 
-    inputs = next(iter(make_data(tf, args, global_batch)[0]))[0]
+    inputs = next(iter(batches))[0]
     example = inputs[:5].numpy().astype("float32")
     signature = infer_signature(example, model(example, training=False).numpy())
     requirements = [f"tensorflow=={tf.__version__}", f"mlflow=={mlflow.__version__}"]
