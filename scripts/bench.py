@@ -57,7 +57,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a clone without an install
 from xpdist.core.jobdir import JobDir, JobSpec, MetricFile, TaskResult, read_metrics  # noqa: E402
-from xpdist.driver.launchers.localhost import free_ports  # noqa: E402  (portpicker, as the launcher)
+from xpdist.driver.processes.localhost import free_ports  # noqa: E402  (portpicker, as the launcher)
 
 REPO = Path(__file__).resolve().parents[1]
 BASELINE = REPO / "scripts" / "bench_baseline.py"

@@ -66,8 +66,8 @@ def time_report(uri: str, experiment: str, out: Path) -> float:
 
 
 def time_sweep_summary(uri: str, parent_id: str, sweep_dir: Path) -> float:
-    """Seconds for what a sweep does at its end (xpdist.driver.sweep's summary), in process."""
-    from xpdist.driver import sweep
+    """Seconds for what a sweep does at its end (xpdist.driver.sweeps.sweep's summary), in process."""
+    from xpdist.driver.sweeps import sweep
     from xpdist.report import summary
 
     start = time.perf_counter()

@@ -40,7 +40,7 @@ imports them (xpdist/task/boot.py: its C++ log level quiet for the import alone,
 import writes to os.environ taken back, what it reads recorded like the rest; TensorFlow's
 other variables, TF_* and ABSL_*, are part of the key). A command's driver, finding TensorFlow
 imported and no other thread, forks its standby task from itself instead of starting one that
-imports it (xpdist/driver/standby.py), and the command's tasks fork from that standby as from a
+imports it (xpdist/driver/processes/standby.py), and the command's tasks fork from that standby as from a
 started one: 2.2 to 2.9 CPU-seconds for `python -m xpdist trainer.epochs=1` against 6.1 to 6.9 (the AMD
 EPYC of this machine kind, 2026-12-06). What differs in such a task: it also holds the driver's
 modules (Hydra, MLflow: the MLflow model's export imports nothing more). The commands the tests

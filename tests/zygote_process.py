@@ -184,7 +184,7 @@ def serve(kind: str, fd: int) -> None:
 def _import_tensorflow(recording: _RecordingEnviron, real: os._Environ) -> None:
     """TensorFlow and the task's modules, imported as the standby task imports them
     (xpdist/task/boot.py standby), so that each command's driver forks its standby from itself
-    instead of starting one that imports them again (xpdist/driver/standby.py _fork).
+    instead of starting one that imports them again (xpdist/driver/processes/standby.py _fork).
 
     What TensorFlow's import writes to os.environ (TF2_BEHAVIOR, TPU_ML_PLATFORM, ...) is taken
     back: a driver does not import it, and a task forked from a standby takes its job's

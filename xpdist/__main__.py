@@ -1,13 +1,13 @@
 """`python -m xpdist` and the `xpdist` command: the driver (xpdist/driver/main.py).
 
-The standby task starts here, before Hydra is imported (xpdist/driver/standby.py).
+The standby task starts here, before Hydra is imported (xpdist/driver/processes/standby.py).
 `python -m xpdist docs [PAGE]` prints where the documentation is (xpdist/core/docs.py);
 `python -m xpdist advise [budget_s=N] OVERRIDES` probes strategies and recommends one (docs/advisor.md).
 """
 
 import sys
 
-from xpdist.driver import standby
+from xpdist.driver.processes import standby
 
 
 def cli() -> None:
@@ -15,8 +15,8 @@ def cli() -> None:
         from xpdist.core import docs
 
         sys.exit(docs.cli(sys.argv[2:]))
-    if sys.argv[1:2] == ["advise"]:  # `python -m xpdist advise ...`: the strategy advisor (xpdist/driver/advise.py)
-        from xpdist.driver import advise
+    if sys.argv[1:2] == ["advise"]:  # `python -m xpdist advise ...`: the strategy advisor (xpdist/advisor/advise.py)
+        from xpdist.advisor import advise
 
         sys.exit(advise.cli(sys.argv[2:]))
     standby.start(sys.argv[1:])
@@ -26,6 +26,9 @@ def cli() -> None:
         standby.discard()
         print("xpdist: interrupted by SIGINT", file=sys.stderr)
         sys.exit(130)
+    from xpdist import plugins
+
+    plugins.register()
     main.cli()
 
 

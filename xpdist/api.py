@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
 from xpdist.core.errors import ConfigError, TaskError
+from xpdist.core.outcome import RESULT_FILE_ENV
 
 # Where the driver writes a single run's outcome for run() (xpdist/driver/main.py).
-RESULT_FILE_ENV = "XPDIST_RESULT_FILE"
 _ERROR_PREFIX = "xpdist: error: "
 
 

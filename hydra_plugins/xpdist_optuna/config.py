@@ -2,7 +2,7 @@
 
 Stored when Hydra imports this module while it scans the `hydra_plugins` package for
 plugins (before it composes any config), and when xpdist's entry point imports it
-(`xpdist.driver.main.register_plugins`), for the installs whose plugins that scan misses.
+(`xpdist.plugins.register`), for the installs whose plugins that scan misses.
 """
 
 

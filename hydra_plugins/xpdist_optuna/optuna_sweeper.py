@@ -1,4 +1,4 @@
-"""The Hydra Sweeper class of `hydra/sweeper=optuna`: a thin shell around xpdist.driver.tuning.
+"""The Hydra Sweeper class of `hydra/sweeper=optuna`: a thin shell around xpdist.driver.sweeps.tuning.
 
 Hydra instantiates only plugin classes defined in the `hydra_plugins` package.
 """
@@ -18,13 +18,13 @@ class OptunaSweeper(Sweeper):
 
     def __init__(self, **settings: Any):
         # Hydra passes the keys of OptunaSweeperConf, already checked against it at compose time.
-        from xpdist.driver.tuning.settings import Settings
+        from xpdist.driver.sweeps.tuning.settings import Settings
 
         self.settings = Settings.from_config(settings)
         self.study = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        from xpdist.driver.tuning.study import StudyRun
+        from xpdist.driver.sweeps.tuning.study import StudyRun
 
         self.study = StudyRun(self.settings, hydra_context, task_function, config)
 
@@ -38,6 +38,6 @@ class OptunaSweeper(Sweeper):
         Raises:
             xpdist.core.errors.ConfigError: a bad search space or setting.
         """
-        from xpdist.driver.tuning.checks import preflight
+        from xpdist.driver.sweeps.tuning.checks import preflight
 
         preflight(config)

@@ -1,2 +1,2 @@
 """xpdist's `hydra/launcher=local_parallel`: a sweep's jobs in processes forked from the sweep's
-(xpdist.driver.parallel_launcher)."""
+(xpdist.driver.sweeps.parallel_launcher)."""

@@ -1,5 +1,5 @@
 """The Hydra Launcher class of `hydra/launcher=local_parallel` (conf/hydra/launcher/local_parallel.yaml),
-whose launch is xpdist.driver.parallel_launcher's.
+whose launch is xpdist.driver.sweeps.parallel_launcher's.
 
 Hydra instantiates only plugin classes defined in the `hydra_plugins` package.
 """
@@ -25,8 +25,8 @@ class ParallelLauncher(Launcher):
 
     @staticmethod
     def preflight(config: DictConfig) -> None:
-        """hydra.launcher.n_jobs, checked before the sweep starts (xpdist.driver.sweep)."""
-        from xpdist.driver import parallel_launcher
+        """hydra.launcher.n_jobs, checked before the sweep starts (xpdist.driver.sweeps.sweep)."""
+        from xpdist.driver.sweeps import parallel_launcher
 
         parallel_launcher.preflight(config)
 
@@ -36,6 +36,6 @@ class ParallelLauncher(Launcher):
         self.hydra_context = hydra_context
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from xpdist.driver import parallel_launcher
+        from xpdist.driver.sweeps import parallel_launcher
 
         return parallel_launcher.launch(self, job_overrides, initial_job_idx)

@@ -5,7 +5,7 @@ nothing of xpdist's sweeps); this one replaces it. Its module is imported first,
 that its entry is stored before this one whatever order Hydra's plugin scan takes (the scan
 runs this module again, not the plugin's _config, which it skips as private). Stored also
 where the ray extra is missing: hydra/launcher=ray then composes, and its preflight
-(xpdist.driver.ray_launcher.preflight) says in one line what to install.
+(xpdist.driver.sweeps.ray_launcher.preflight) says in one line what to install.
 """
 
 import contextlib

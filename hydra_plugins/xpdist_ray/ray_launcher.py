@@ -1,10 +1,10 @@
 """The Hydra Launcher class of `hydra/launcher=ray`: hydra-ray-launcher's RayLauncher, whose
-launch is xpdist.driver.ray_launcher's.
+launch is xpdist.driver.sweeps.ray_launcher's.
 
 Hydra instantiates only plugin classes defined in the `hydra_plugins` package. Its plugin scan
 imports this module at every command: without the ray extra the class stands on Hydra's
 Launcher instead, so that the scan does not warn on each of them; hydra/launcher=ray is then
-refused by its preflight (xpdist.driver.ray_launcher.preflight), before it is instantiated.
+refused by its preflight (xpdist.driver.sweeps.ray_launcher.preflight), before it is instantiated.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ except ImportError:  # the ray extra missing: see the docstring
 
 
 class RayLauncher(PluginRayLauncher):
-    """Runs each job of a sweep as a Ray task (see xpdist.driver.ray_launcher)."""
+    """Runs each job of a sweep as a Ray task (see xpdist.driver.sweeps.ray_launcher)."""
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from xpdist.driver import ray_launcher, sweep
+        from xpdist.driver.sweeps import ray_launcher
+        from xpdist.driver.sweeps import sweep
 
         return ray_launcher.launch(self, job_overrides, initial_job_idx, sweep.open_sweep())

@@ -208,7 +208,7 @@ def test_ray_launcher_missing_names_the_extra(monkeypatch):
     """hydra/launcher=ray where the ray extra is not installed: one line before any run."""
     from tests.helpers import compose
     from xpdist.core.errors import ConfigError
-    from xpdist.driver import ray_launcher
+    from xpdist.driver.sweeps import ray_launcher
 
     cfg = compose(["hydra/launcher=ray"])
     real = importlib.util.find_spec

@@ -97,8 +97,8 @@ def _task(root: Path, cells: List[Cell]) -> None:
     from xpdist.core.clusterenv import ClusterEnv
     from xpdist.core.jobdir import JobDir, JobSpec
     from xpdist.core.schema import register_configs
-    from xpdist.driver import preflight
-    from xpdist.driver.job import plain_config
+    from xpdist.driver.checks import preflight
+    from xpdist.driver.jobs.job import plain_config
 
     jobs = []
     register_configs()

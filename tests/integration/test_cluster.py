@@ -226,7 +226,7 @@ def test_parameter_server_ctl_survives_a_killed_worker(xpdist, tmp_path):
 @CLUSTER
 def test_tf_config_tasks_make_one_run_recorded_by_the_chief(xpdist, tmp_path):
     """Two `python -m xpdist cluster=tf_config` processes, as a TFJob would start them."""
-    from xpdist.driver.launchers.localhost import free_ports
+    from xpdist.driver.processes.localhost import free_ports
 
     spec = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
     procs = []

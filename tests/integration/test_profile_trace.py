@@ -77,7 +77,7 @@ def traced(tmp_path, legacy: str) -> dict:
 
 @pytest.mark.parametrize("legacy", ["0", "1"])
 def test_an_input_bound_step_is_told_from_a_compute_bound_one(tmp_path, legacy):
-    from xpdist.driver import advise_plan
+    from xpdist.advisor import plan as advise_plan
 
     found = traced(tmp_path, legacy)
     slow, fast = found["slow"], found["fast"]

@@ -1,4 +1,4 @@
-"""The standby task (xpdist/driver/standby.py): a single run trains in the task process started
+"""The standby task (xpdist/driver/processes/standby.py): a single run trains in the task process started
 with the command, which imports TensorFlow while Hydra composes the config; whatever happens to
 the command, that process does not outlive it."""
 
@@ -18,7 +18,7 @@ import yaml
 
 from tests.helpers import LOG_MODEL, TINY, xpdist_env
 from xpdist.core.taskenv import Handoff
-from xpdist.driver import standby
+from xpdist.driver.processes import standby
 
 pytestmark = pytest.mark.slow
 LINEAR = ["model=linear", "dataset=synthetic_regression"]
@@ -112,7 +112,7 @@ import os, sys
 
 def _note(event, args):
     if event == "import" and args[0] == "tensorflow" and "tensorflow" not in sys.modules:
-        if os.environ.get("XPDIST_TEST_TF_BROKEN_IN_SWEEP") and "xpdist.driver.parallel_launcher" in sys.modules:
+        if os.environ.get("XPDIST_TEST_TF_BROKEN_IN_SWEEP") and "xpdist.driver.sweeps.parallel_launcher" in sys.modules:
             raise ImportError("a broken TensorFlow (the test's)")
         with open(os.environ["XPDIST_TEST_TF_IMPORTS"], "a") as notes:
             notes.write(f"{os.getpid()}\\n")
@@ -223,7 +223,7 @@ def test_the_standby_task_goes_with_a_killed_driver(xpdist):
 
 
 def test_each_task_is_forked_from_the_standby_as_a_child_of_the_driver(tmp_path):
-    """The driver's side of the standby (driver/standby.py) in this process: every claim forks a
+    """The driver's side of the standby (driver/processes/standby.py) in this process: every claim forks a
     task that is this process's child, in a session of its own, showing the command line of a
     task started for its job; its process group takes the launchers' signals, and Popen-like
     waits see it end. The standby serves claims until the last one (or a discard) ends it, and
@@ -289,7 +289,7 @@ boot.quiet_tensorflow()
 boot.import_tensorflow(verbose=False, keras=False)
 if sys.argv[2:] == ["--thread"]:
     threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
-from xpdist.driver import standby
+from xpdist.driver.processes import standby
 standby.start(["strategy=mirrored"])
 server = standby._State.server
 job = sys.argv[1]

@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers import Xpdist
 from xpdist.core import plan as planning
-from xpdist.driver import standby
+from xpdist.driver.processes import standby
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,8 @@ import pytest
 from tests import zygote
 from tests.helpers import xpdist_env
 from xpdist.core.errors import ConfigError
-from xpdist.driver import advise, advise_plan
+from xpdist.advisor import advise
+from xpdist.advisor import plan as advise_plan
 
 
 def test_the_advisors_keys_are_split_from_the_runs_overrides():
@@ -143,7 +144,7 @@ def test_a_step_that_waits_on_input_or_talks_is_named_in_the_recommendation():
 def test_the_report_shows_an_out_of_memory_candidate_and_mfu_where_known(tmp_path):
     import csv
 
-    from xpdist.driver import advise_report
+    from xpdist.advisor import report as advise_report
 
     rows = [{"label": "a-b8", "status": "FINISHED", "examples_per_sec": 100.0, "replicas": 1, "per_replica_batch": 8,
              "overrides": ["strategy=default"], "mfu": 0.123, "achieved_flops_per_sec": 1e9, "probe_s": 3.0},

@@ -119,7 +119,7 @@ def test_the_sweep_callback_writes_the_outcome_sweep_reads(tmp_path, monkeypatch
     """The driver's half: what on_multirun_end writes is what xpdist.sweep() turns into a SweepResult."""
     from types import SimpleNamespace
 
-    from xpdist.driver import sweep as driver_sweep
+    from xpdist.driver.sweeps import sweep as driver_sweep
 
     path = tmp_path / "result.json"
     monkeypatch.setenv(RESULT_FILE_ENV, str(path))

@@ -1,7 +1,7 @@
 """Bad input, everywhere: every group and key, each refused in one line naming the key.
 
 The line is what the driver prints (xpdist: error: ...): Hydra's compose errors as the CLI turns
-them into one line (driver/config_errors.py), else preflight's ConfigError. tests/unit/test_cli.py
+them into one line (driver/checks/config_errors.py), else preflight's ConfigError. tests/unit/test_cli.py
 runs the CLI itself on a sample of these (exit 2, no run, no output folder, no traceback).
 """
 
@@ -16,7 +16,8 @@ from omegaconf import OmegaConf
 
 from tests.unit.unit_helpers import plain
 from xpdist.core.errors import ConfigError
-from xpdist.driver import config_errors, preflight
+from xpdist.driver.checks import config_errors
+from xpdist.driver.checks import preflight
 
 TF_CONFIG_PS = '{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}}'
 

@@ -9,7 +9,8 @@ import pytest
 from tests.unit.test_cli import assert_rejected
 from tests.unit.unit_helpers import plain
 from xpdist.core.errors import ConfigError
-from xpdist.driver import check, standby
+from xpdist.driver.checks import check
+from xpdist.driver.processes import standby
 
 
 def test_the_plan_of_a_config_that_can_run(tmp_path):

@@ -18,7 +18,8 @@ from xpdist.core import data_sources, schema
 from xpdist.core.errors import ConfigError
 from xpdist.core.schema_data import DATASETS
 from xpdist.core import plan as planning
-from xpdist.driver import data_checks, preflight
+from xpdist.driver.checks import data as data_checks
+from xpdist.driver.checks import preflight
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -18,8 +18,8 @@ from tests.unit.unit_helpers import plain
 from xpdist.core.plan import keras_flavour
 from xpdist.core.schema import OPTIONS, check_keys
 from xpdist.core.schema_data import FileDataset
-from xpdist.driver import requeue
-from xpdist.driver.job import JobResult, print_summary
+from xpdist.driver.jobs import requeue
+from xpdist.driver.jobs.job import JobResult, print_summary
 from xpdist.report import summary
 
 RECIPES = sorted(p.relative_to(REPO / "recipes").with_suffix("").as_posix()
@@ -86,7 +86,7 @@ def test_the_sample_sweep_table_has_the_columns_a_sweep_prints():
 
 
 def test_a_requeued_slurm_job_is_documented_as_reopening_its_run_by_tag():
-    """clusters.md and lifecycle.md say what xpdist/driver/requeue.py does: no tracking.resume needed."""
+    """clusters.md and lifecycle.md say what xpdist/driver/jobs/requeue.py does: no tracking.resume needed."""
     for name in ("clusters.md", "lifecycle.md"):
         text = (REPO / "docs" / name).read_text()
         assert f"`{requeue.TAG}" in text and f"`{requeue.RESTARTS_TAG}`" in text, name

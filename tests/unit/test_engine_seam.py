@@ -25,9 +25,11 @@ from xpdist.core import schema
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir
-from xpdist.driver import engines, job, preflight
-from xpdist.driver.launchers import process
-from xpdist.driver.launchers.outcome import Outcome, outcome_from
+from xpdist.driver import engines
+from xpdist.driver.jobs import job
+from xpdist.driver.checks import preflight
+from xpdist.driver.processes import process
+from xpdist.driver.processes.outcome import Outcome, outcome_from
 
 REPO = Path(__file__).resolve().parents[2]
 

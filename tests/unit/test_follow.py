@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 
-from xpdist.driver.launchers.follow import LogFollower
+from xpdist.driver.processes.follow import LogFollower
 
 
 def test_follower_prints_appended_lines_and_drains_on_stop(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 
 from tests.unit.test_preflight import reject
 from tests.unit.unit_helpers import plain
-from xpdist.driver import preflight
+from xpdist.driver.checks import preflight
 
 
 def test_an_unknown_architecture_names_the_nearest(tmp_path):

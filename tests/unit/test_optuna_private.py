@@ -1,4 +1,4 @@
-"""xpdist/driver/tuning/optuna_private.py against the installed Optuna: a job's process opens
+"""xpdist/driver/sweeps/tuning/optuna_private.py against the installed Optuna: a job's process opens
 its trial by id, reports to it and sets an attribute that the sweeper's process then reads.
 Fails on the Optuna release that changes the internal trial id."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import optuna
 
-from xpdist.driver.tuning import optuna_private
+from xpdist.driver.sweeps.tuning import optuna_private
 
 
 def test_a_trial_opened_by_id_elsewhere_reports_and_its_attributes_reach_the_sweeper(tmp_path):

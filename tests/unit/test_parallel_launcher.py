@@ -1,4 +1,4 @@
-"""hydra/launcher=local_parallel's own parts (xpdist/driver/parallel_launcher.py): n_jobs read as
+"""hydra/launcher=local_parallel's own parts (xpdist/driver/sweeps/parallel_launcher.py): n_jobs read as
 joblib read it and refused before the sweep starts, and MLflow's database connections not
 shared with a forked job, on a real SQLite store and a real fork. The sweeps themselves run in
 tests/integration/test_sweeps.py and test_standby.py."""
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from xpdist.core.errors import ConfigError
-from xpdist.driver import parallel_launcher
+from xpdist.driver.sweeps import parallel_launcher
 from xpdist.tracking import heartbeat, store
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers import closed_port
 from tests.unit.unit_helpers import plain
-from xpdist.driver import preflight
+from xpdist.driver.checks import preflight
 from xpdist.core.errors import ConfigError
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from xpdist.driver.launchers import process
+from xpdist.driver.processes import process
 
 # A task stand-in: starts a grandchild in its group, says so, then sleeps (or ignores signals).
 TASK = """

@@ -47,4 +47,4 @@ def test_strategy_sweep_covers_every_single_process_strategy():
 def test_launcher_presets_compose(launcher, target):
     cfg = compose([f"hydra/launcher={launcher}"])
     assert cfg.hydra.launcher._target_.endswith(target)
-    assert cfg.hydra.callbacks.sweep._target_ == "xpdist.driver.sweep.SweepCallback"
+    assert cfg.hydra.callbacks.sweep._target_ == "xpdist.driver.sweeps.sweep.SweepCallback"

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from tests.unit.unit_helpers import plain
 from xpdist.core.jobdir import JobDir
 from xpdist.core.plan import RESOLVED_BY_TASK, make_plan, with_replicas
-from xpdist.driver import job as job_module
+from xpdist.driver.jobs import job as job_module
 
 
 def _tpu_plan(tmp_path: Path, *overrides: str):

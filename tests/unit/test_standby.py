@@ -1,4 +1,4 @@
-"""The standby task's driver side (xpdist/driver/standby.py), on real processes: when it is
+"""The standby task's driver side (xpdist/driver/processes/standby.py), on real processes: when it is
 started, and that a standby no job takes is ended."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from xpdist.driver import standby
+from xpdist.driver.processes import standby
 
 
 @pytest.fixture(autouse=True)

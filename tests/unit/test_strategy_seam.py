@@ -19,8 +19,9 @@ from xpdist.core import plan as planning
 from xpdist.core import schema, strategies
 from xpdist.core.errors import ConfigError
 from xpdist.core.registry import Registry
-from xpdist.driver import check, preflight
-from xpdist.driver.launchers import localhost
+from xpdist.driver.checks import check
+from xpdist.driver.checks import preflight
+from xpdist.driver.processes import localhost
 from xpdist.tracking import params
 
 REPO = Path(__file__).resolve().parents[2]

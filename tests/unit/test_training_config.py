@@ -16,7 +16,7 @@ from tests.unit.unit_helpers import plain
 from xpdist.core import schema
 from xpdist.core.errors import ConfigError
 from xpdist.core.schema_training import CALLBACKS
-from xpdist.driver import preflight
+from xpdist.driver.checks import preflight
 from xpdist.tracking.params import run_params
 
 # The user program of issue 23: a binary classifier with one logit, from a package outside xpdist.

@@ -1,4 +1,4 @@
-"""The job side of a trial (xpdist/driver/tuning/trial.py): a pruned trial's task found and
+"""The job side of a trial (xpdist/driver/sweeps/tuning/trial.py): a pruned trial's task found and
 stopped by its command line, with real processes (the job's task, another job's task, a task
 that ended), and a study the job cannot reach told in its output."""
 
@@ -11,8 +11,8 @@ import time
 import psutil
 
 from xpdist.core.jobdir import JobDir
-from xpdist.driver.launchers.outcome import Outcome
-from xpdist.driver.tuning.trial import TrialWatch, stop_tasks
+from xpdist.driver.processes.outcome import Outcome
+from xpdist.driver.sweeps.tuning.trial import TrialWatch, stop_tasks
 
 # A stand-in with a task's command line (`... xpdist.task <job dir>`) that sleeps instead of
 # importing TensorFlow; it ends on SIGTERM as a task does.

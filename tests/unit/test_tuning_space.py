@@ -9,8 +9,8 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from tests.helpers import Xpdist
 from tests.helpers import compose
 from xpdist.core.errors import ConfigError
-from xpdist.driver.tuning import space
-from xpdist.driver.tuning.settings import Settings
+from xpdist.driver.sweeps.tuning import space
+from xpdist.driver.sweeps.tuning.settings import Settings
 
 
 def test_hydra_sweep_syntax_becomes_optuna_distributions():

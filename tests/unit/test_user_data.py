@@ -11,7 +11,7 @@ from tests.unit.unit_helpers import plain
 from tests.datafiles import FEATURES, write_image_folder
 from xpdist.core import data_sources
 from xpdist.core.errors import ConfigError
-from xpdist.driver import preflight
+from xpdist.driver.checks import preflight
 
 
 def reject(tmp_path: Path, *overrides: str) -> ConfigError:

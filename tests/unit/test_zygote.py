@@ -152,7 +152,7 @@ def run_zygote():
 @pytest.mark.slow
 def test_a_run_zygote_child_has_the_drivers_modules_and_the_tests_environment(tmp_path, run_zygote):
     """kind="run": MLflow's store and TensorFlow imported before the fork (so that the driver
-    forks its standby task, xpdist/driver/standby.py), no thread but main, and the environment
+    forks its standby task, xpdist/driver/processes/standby.py), no thread but main, and the environment
     the test gave, not the zygote's: TensorFlow's quiet log level was set for its import alone."""
     (tmp_path / "zygote_run_probe.py").write_text(RUN_PROBE)
     env = run_env({"ZYGOTE_PROBE": "run", "PYTEST_CURRENT_TEST": "tests/a.py::one (call)"})

@@ -9,7 +9,7 @@ from pathlib import Path
 from omegaconf import OmegaConf, open_dict
 
 from tests.helpers import compose
-from xpdist.driver.job import plain_config
+from xpdist.driver.jobs.job import plain_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 

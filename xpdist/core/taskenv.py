@@ -1,5 +1,5 @@
 """What the driver gives every task process it starts: environment variables, and the job a
-standby task is handed (xpdist/driver/standby.py)."""
+standby task is handed (xpdist/driver/processes/standby.py)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ task process(es); it never imports TensorFlow.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
+import functools
 import json
 import logging
 import os
@@ -22,12 +22,18 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from xpdist.api import RESULT_FILE_ENV
+from xpdist.core.outcome import RESULT_FILE_ENV
 from xpdist.core.errors import ConfigError
 from xpdist.core.schema import register_configs
-from xpdist.driver import check, config_errors, engines, hydra_private, job, standby, sweep
-from xpdist.driver.launchers import process
-from xpdist.driver.tuning.space import quote_params_overrides
+from xpdist.driver import engines, hydra_private
+from xpdist.driver.checks import check
+from xpdist.driver.checks import config_errors
+from xpdist.driver.jobs import job
+from xpdist.driver.processes import standby
+from xpdist.driver.sweeps import sweep
+from xpdist.driver.processes import process
+from xpdist.driver.sweeps.tuning.space import quote_params_overrides
+from xpdist.driver.sweeps.tuning.trial import TrialWatch
 from xpdist.tracking import store
 
 # The configs ship inside the package (conf/ of the repository, mapped onto xpdist.conf).
@@ -41,7 +47,7 @@ class _State:
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
 def main(cfg: DictConfig) -> job.JobResult:
     hc = HydraConfig.get()
-    if check.enabled():  # --check: the checks and the plan, no run (driver/check.py)
+    if check.enabled():  # --check: the checks and the plan, no run (driver/checks/check.py)
         return _check_only(cfg, Path(hc.runtime.cwd))
     multirun = hc.mode == RunMode.MULTIRUN
     standby.keep_if(engines.of(cfg).keeps_standby and not cfg.verbose)
@@ -49,6 +55,7 @@ def main(cfg: DictConfig) -> job.JobResult:
                          overrides=list(hc.overrides.task))
     if multirun:
         sweep.join(ctx, hc)
+        ctx.watch_trial = functools.partial(TrialWatch.start_for, ctx.job_num)
     try:
         result = job.run(cfg, ctx)
     except process.Interrupted as err:
@@ -115,36 +122,8 @@ def _uri(cfg: DictConfig, ctx: job.JobContext) -> str:
     return store.resolve_uri(cfg.tracking.uri, ctx.launch_dir)
 
 
-def register_plugins() -> None:
-    """Registers xpdist's Hydra plugins (Optuna sweeper, parallel and Ray launchers) with Hydra.
-
-    Hydra 1.3 finds plugins by listing the `hydra_plugins` namespace package's modules. After
-    setuptools' default editable install (PEP 660) the package imports through an import hook
-    that this listing cannot see, so `hydra/sweeper=optuna` was unknown in any directory but
-    the checkout's root (facebookresearch/hydra#2359; entry-point discovery arrives in Hydra
-    1.4, facebookresearch/hydra#3252). Importing the plugin's config stores it in the
-    ConfigStore, and `Plugins.register` is Hydra's public call for a plugin class it did not
-    scan; both are harmless after a scan that found them. The Ray launcher's class subclasses
-    hydra-ray-launcher's, of the ray extra: registered where that is installed.
-    """
-    from hydra.core.plugins import Plugins
-
-    import hydra_plugins.xpdist_optuna.config  # noqa: F401  (stores hydra/sweeper/optuna)
-    import hydra_plugins.xpdist_ray.config  # noqa: F401  (stores hydra/launcher/ray)
-    from hydra_plugins.xpdist_optuna.optuna_sweeper import OptunaSweeper
-    from hydra_plugins.xpdist_parallel.launcher import ParallelLauncher
-
-    Plugins.instance().register(OptunaSweeper)
-    Plugins.instance().register(ParallelLauncher)
-    if importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is not None:
-        from hydra_plugins.xpdist_ray.ray_launcher import RayLauncher
-
-        Plugins.instance().register(RayLauncher)
-
-
 def cli() -> None:
     register_configs()
-    register_plugins()
     try:
         sys.argv[1:] = check.take_flag(quote_params_overrides(sys.argv[1:]))
     except ConfigError as err:

@@ -1,6 +1,6 @@
 """What a task process does before its job is known: tie its life to the driver's, import
 TensorFlow, and, as the standby task (`python -m xpdist.task --standby`, see
-xpdist/driver/standby.py), wait for its job.
+xpdist/driver/processes/standby.py), wait for its job.
 
 Only the standard library and xpdist.core.taskenv are imported before TensorFlow.
 """
@@ -163,7 +163,7 @@ def stderr_silenced():
 
 def standby(replies: int, preload: Callable[[], object]) -> List[str]:
     """The standby task: imports TensorFlow, then forks a task for each job handed to it on
-    stdin (xpdist/driver/standby.py). Returns, in each forked task, the task's arguments, with
+    stdin (xpdist/driver/processes/standby.py). Returns, in each forked task, the task's arguments, with
     the job's working directory and environment in place (its driver's pid kept, and its launch
     time unless the job sets one). `replies`: the pipe on which it tells the driver each task's
     pid; `preload`: imports the task's own modules, once here for every task. Exits when stdin
@@ -211,7 +211,7 @@ def _threads() -> int:
 def _fork_task(title: str) -> int:
     """Forks a task that is its driver's child, not this process's: through an intermediate
     process that exits at once, so that the kernel hands the task to the driver, which is a
-    child subreaper meanwhile (PR_SET_CHILD_SUBREAPER, driver/standby.py claim). The driver then
+    child subreaper meanwhile (PR_SET_CHILD_SUBREAPER, driver/processes/standby.py claim). The driver then
     waits for it, and signals its process group, as for a task it started itself. Returns the
     task's pid here, 0 in the task. When this returns, the task has its own session, its command
     line reads `title` (what `ps` and psutil show), and the driver is its parent."""

@@ -13,8 +13,8 @@ from xpdist.task import boot
 def import_for_forks() -> None:
     """Imports what the standby task imports before it forks tasks (TensorFlow without Keras, and
     the task's own modules), in a process that forks drivers: each then forks its standby from
-    itself, with nothing to import (xpdist/driver/standby.py _fork). A parallel sweep's process
-    calls it (xpdist/driver/parallel_launcher.py), so that its jobs import TensorFlow once
+    itself, with nothing to import (xpdist/driver/processes/standby.py _fork). A parallel sweep's process
+    calls it (xpdist/driver/sweeps/parallel_launcher.py), so that its jobs import TensorFlow once
     between them, as a sequential sweep's do.
 
     Nothing runs on TensorFlow here, so none of its thread pools starts and the process may fork.

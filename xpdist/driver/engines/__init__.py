@@ -1,13 +1,13 @@
 """The engine seam: how a job's task processes start, are followed, stop, and end.
 
 Each module of this package (local.py, localhost.py, tf_config.py, slurm.py) is one `cluster`
-option and holds its `ENGINE`, an `Engine` subclass. The job (driver/job.py) makes one engine
+option and holds its `ENGINE`, an `Engine` subclass. The job (driver/jobs/job.py) makes one engine
 per job and hands it to `launch`, which starts the tasks with their environment, follows them
 to the chief's outcome, stops them on Ctrl-C or SIGTERM, and leaves none behind. Preflight,
 `--check`, the sweep (the standby task, a scheduler's jobs) and the system metrics ask the
 engine's class or instance; none of them compares the cluster option's name.
 
-Why a package of its own beside driver/launchers/: launchers/ is the process toolbox every
+Why a package of its own beside driver/processes/: launchers/ is the process toolbox every
 engine shares (start a task in its own process group, stop it, follow a log, read a task's
 outcome, and localhost's multi-process Cluster); an engine is the policy that uses it. So a
 new engine is one module here, plus `conf/cluster/<name>.yaml` and its dataclass in
@@ -34,8 +34,8 @@ from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir
 from xpdist.core.plan import Plan
 from xpdist.core.registry import Registry
-from xpdist.driver.launchers import process
-from xpdist.driver.launchers.outcome import Outcome, outcome_from
+from xpdist.driver.processes import process
+from xpdist.driver.processes.outcome import Outcome, outcome_from
 
 
 class Engine:
@@ -49,7 +49,7 @@ class Engine:
         name: the option's name, the same as its module's.
         multi_process: it runs a cluster of task processes (a multi-process strategy needs one).
         keeps_standby: its tasks on this machine are forked from the standby task, which
-            imported TensorFlow while the driver composed the job (driver/standby.py).
+            imported TensorFlow while the driver composed the job (driver/processes/standby.py).
 
     Args:
         cfg: the plain composed config.

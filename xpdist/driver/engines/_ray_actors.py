@@ -23,9 +23,9 @@ from xpdist.core.clusterenv import TaskId
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir
 from xpdist.driver.engines import _ray_node
-from xpdist.driver.launchers import process
-from xpdist.driver.launchers.localhost import FINISH_GRACE_S, POLL_S, TaskFailed, last_error, tf_config
-from xpdist.driver.launchers.outcome import describe_exit, may_retry
+from xpdist.driver.processes import process
+from xpdist.driver.processes.localhost import FINISH_GRACE_S, POLL_S, TaskFailed, last_error, tf_config
+from xpdist.driver.processes.outcome import describe_exit, may_retry
 
 # Seconds an actor may take to answer a poll before its task counts as lost (its node is gone
 # or cut off); Ray's own health checks declare a dead node after about 30 s by default.

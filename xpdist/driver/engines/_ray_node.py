@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Dict, Iterable, Optional
 
 from xpdist.core.jobdir import JobDir
-from xpdist.driver import spawn
+from xpdist.driver.processes import spawn
 
 # What a task leaves that the driver's job directory needs (JobDir's names, never spelled here).
 OUTPUTS = ("result", "resolved", "task_error", "model", "mlflow_model", "checkpoints")

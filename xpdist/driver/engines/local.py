@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Dict
 
 from xpdist.core.errors import ConfigError
-from xpdist.driver import standby
+from xpdist.driver.processes import standby
 from xpdist.driver.engines import Engine
-from xpdist.driver.launchers import process
-from xpdist.driver.launchers.outcome import Outcome, outcome_from
+from xpdist.driver.processes import process
+from xpdist.driver.processes.outcome import Outcome, outcome_from
 
 
 class Local(Engine):

@@ -16,9 +16,10 @@ from xpdist.core import strategies
 from xpdist.core.clusterenv import TaskId
 from xpdist.core.errors import ConfigError
 from xpdist.driver.engines import Engine
-from xpdist.driver.launchers import follow, process
-from xpdist.driver.launchers.localhost import FAILURE_GRACE_S, Cluster, TaskFailed
-from xpdist.driver.launchers.outcome import Outcome, outcome_from
+from xpdist.driver.processes import follow
+from xpdist.driver.processes import process
+from xpdist.driver.processes.localhost import FAILURE_GRACE_S, Cluster, TaskFailed
+from xpdist.driver.processes.outcome import Outcome, outcome_from
 
 
 class Localhost(Engine):

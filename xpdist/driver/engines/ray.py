@@ -37,9 +37,10 @@ from xpdist.core.clusterenv import TaskId
 from xpdist.core.errors import ConfigError
 from xpdist.driver.engines import Engine, _ray_actors, _ray_node
 from xpdist.driver.engines.localhost import Localhost
-from xpdist.driver.launchers import follow, process
-from xpdist.driver.launchers.localhost import TaskFailed
-from xpdist.driver.launchers.outcome import Outcome, outcome_from
+from xpdist.driver.processes import follow
+from xpdist.driver.processes import process
+from xpdist.driver.processes.localhost import TaskFailed
+from xpdist.driver.processes.outcome import Outcome, outcome_from
 
 # Variables of the driver's environment that reach the tasks besides the job's own: settings
 # of xpdist, TensorFlow and Keras. The rest (PATH, HOME, ...) is the node's.

@@ -1,6 +1,6 @@
 """Optuna's internal trial id, in one place.
 
-A sweep's job reports its epochs to its trial from another process (xpdist/driver/tuning/
+A sweep's job reports its epochs to its trial from another process (xpdist/driver/sweeps/tuning/
 trial.py), which needs an `optuna.trial.Trial` there, and the sweeper reads the attribute that
 job sets. Optuna has no public way to reach a trial from another process or to read a running
 trial's attributes fresh from the storage (optuna/optuna#2987, optuna/optuna#6365): both go

@@ -31,9 +31,9 @@ from xpdist.core import strategies
 from xpdist.core.clusterenv import TaskId as Task
 from xpdist.core.jobdir import JobDir
 from xpdist.core.taskenv import LAUNCHED_AT_ENV
-from xpdist.driver import standby
-from xpdist.driver.launchers import process
-from xpdist.driver.launchers.outcome import describe_exit, may_retry
+from xpdist.driver.processes import standby
+from xpdist.driver.processes import process
+from xpdist.driver.processes.outcome import describe_exit, may_retry
 
 # Seconds between two looks at the tasks.
 POLL_S = 0.25
@@ -127,7 +127,7 @@ class Cluster:
             env["GRPC_FAIL_FAST"] = "use_caller"  # the guide's setting: fail fast, let the coordinator retry
         if self.attempt > 1:  # a restart's first step counts from the restart
             env[LAUNCHED_AT_ENV] = repr(time.time())
-        # Forked from the standby task where there is one (driver/standby.py), which has imported
+        # Forked from the standby task where there is one (driver/processes/standby.py), which has imported
         # TensorFlow since the command started; its output goes to the task's log as well.
         claimed = standby.claim([str(self.job.root)], env, str(self.log_of(task)), last=last)
         with log:  # the child holds its own copy of the descriptor

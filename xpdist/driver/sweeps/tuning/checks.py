@@ -9,8 +9,9 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from xpdist.core.errors import ConfigError
-from xpdist.driver.tuning import settings as settings_mod, space as space_mod
-from xpdist.driver.tuning.settings import Settings
+from xpdist.driver.sweeps.tuning import settings as settings_mod
+from xpdist.driver.sweeps.tuning import space as space_mod
+from xpdist.driver.sweeps.tuning.settings import Settings
 from xpdist.tracking import store
 
 

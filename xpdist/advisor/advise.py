@@ -1,7 +1,7 @@
 """`python -m xpdist advise [budget_s=N] [ADVISOR KEYS] OVERRIDES`: which strategy, which
 cross-device ops, which per-replica batch, measured on this machine within a time budget.
 
-The advisor enumerates the candidates the hardware allows (xpdist/driver/advise_plan.py), runs
+The advisor enumerates the candidates the hardware allows (xpdist/advisor/plan.py), runs
 each as a short probe (`python -m xpdist OVERRIDES <candidate> trainer.epochs=<probe_epochs>`,
 and one epoch more where it traces a few steps with TensorFlow's profiler: steady examples/sec
 leaves out the first epoch, which traces the step function, and the profiled one), and records
@@ -18,7 +18,7 @@ process has imported Hydra, xpdist's driver and MLflow for its parent run, which
 wall). A forked probe is still a process of its own, with its own standby task, run and
 process group, so that a probe that dies (out of memory, killed) takes nothing of this one
 with it; what it must not share is handled as for hydra/launcher=local_parallel's jobs
-(xpdist/driver/parallel_launcher.py): MLflow's pooled connections, the heartbeat thread,
+(xpdist/driver/sweeps/parallel_launcher.py): MLflow's pooled connections, the heartbeat thread,
 signal handlers. A candidate that preflight refuses is found here, by composing its config,
 and recorded REJECTED without a process.
 """
@@ -37,10 +37,10 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from xpdist.api import RESULT_FILE_ENV
+from xpdist.core.outcome import RESULT_FILE_ENV
 from xpdist.core.errors import ConfigError
-from xpdist.driver import advise_plan
-from xpdist.driver.advise_plan import Candidate, Settings
+from xpdist.advisor import plan as advise_plan
+from xpdist.advisor.plan import Candidate, Settings
 
 # A probe's own error text that means it ran out of memory: TensorFlow's allocator
 # (ResourceExhaustedError, "OOM when allocating"), Python's MemoryError, or the kernel's OOM
@@ -68,7 +68,7 @@ def _check(settings: Settings, overrides: List[str], launch_dir: Path) -> None:
     """Composes the user's config and runs the CLI's preflight on it, before any run exists;
     notes the data set's per-replica batch and the GPUs of this machine in settings."""
     from xpdist.core.devices import gpu_count
-    from xpdist.driver import config_errors
+    from xpdist.driver.checks import config_errors
 
     batch = [f"{advise_plan.BATCH_KEY}={settings.batch}"] if settings.batch else []
     try:
@@ -93,7 +93,8 @@ def _preflight(words: List[str], launch_dir: Path):
     from omegaconf import OmegaConf
 
     from xpdist.core.schema import register_configs
-    from xpdist.driver import job, preflight
+    from xpdist.driver.jobs import job
+    from xpdist.driver.checks import preflight
 
     register_configs()  # storing the schema again replaces the same nodes
     with initialize_config_module("xpdist.conf", version_base="1.3"):
@@ -207,7 +208,7 @@ def _refusal(words: List[str], launch_dir: Path) -> Optional[str]:
     """Why the probe's run would be refused before training (its config composed and checked
     here, as its driver would), or None. About 0.1 s, where a probe refused by its own driver
     took a process, its imports and part of a TensorFlow import."""
-    from xpdist.driver import config_errors
+    from xpdist.driver.checks import config_errors
 
     try:
         _preflight(words, launch_dir)
@@ -274,7 +275,9 @@ def _forked_cli(words: List[str], launch_dir: str, env: Dict[str, str], output: 
     driver ends the process itself (os._exit, after closing its run)."""
     import setproctitle
 
-    from xpdist.driver import main, standby
+    from xpdist import plugins
+    from xpdist.driver import main
+    from xpdist.driver.processes import standby
 
     setproctitle.setproctitle(" ".join([sys.executable, "-m", "xpdist", *words]))  # what `ps` shows
     # A process group of its own: a terminal's Ctrl-C reaches the advisor alone, which passes
@@ -289,12 +292,13 @@ def _forked_cli(words: List[str], launch_dir: str, env: Dict[str, str], output: 
     os.chdir(launch_dir)
     sys.argv = [sys.argv[0], *words]
     standby.start(words)  # as xpdist/__main__.py does for `python -m xpdist WORDS`
+    plugins.register()
     main.cli()
 
 
 def _report(ranked: List[Dict[str, Any]], answer: Optional[Dict[str, str]], uri: str, parent: str, out_dir: Path,
             elapsed: float) -> None:
-    from xpdist.driver import advise_report
+    from xpdist.advisor import report as advise_report
     from xpdist.tracking import store
 
     paths = advise_report.write(ranked, answer, out_dir)

@@ -16,7 +16,11 @@ from urllib.parse import urlparse
 from xpdist.core import plan as planning
 from xpdist.core import data_sources, schema, strategies
 from xpdist.core.errors import ConfigError
-from xpdist.driver import data_checks, engines, model_checks, strategy_checks, training_checks
+from xpdist.driver import engines
+from xpdist.driver.checks import data as data_checks
+from xpdist.driver.checks import model as model_checks
+from xpdist.driver.checks import strategy as strategy_checks
+from xpdist.driver.checks import training as training_checks
 from xpdist.tracking import names
 
 

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from xpdist.core.jobdir import STUDY_FILE, JobDir, decode_metrics
-from xpdist.driver.launchers import process
-from xpdist.driver.launchers.outcome import Outcome
-from xpdist.driver.tuning import optuna_private
-from xpdist.driver.tuning.settings import Settings, pruner, storage
+from xpdist.driver.processes import process
+from xpdist.driver.processes.outcome import Outcome
+from xpdist.driver.sweeps.tuning import optuna_private
+from xpdist.driver.sweeps.tuning.settings import Settings, pruner, storage
 from xpdist.tracking import store
 
 # Seconds between two looks at the metric file: a pruned task stops within about this long.

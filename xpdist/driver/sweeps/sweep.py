@@ -21,10 +21,14 @@ from typing import Any, Dict, List, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from xpdist.api import RESULT_FILE_ENV
+from xpdist.core.outcome import RESULT_FILE_ENV
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import SWEEP_FILE
-from xpdist.driver import engines, hydra_private, preflight, ray_launcher, standby, sweep_check
+from xpdist.driver import engines, hydra_private
+from xpdist.driver.checks import preflight
+from xpdist.driver.sweeps import ray_launcher
+from xpdist.driver.processes import standby
+from xpdist.driver.checks import sweep as sweep_check
 from xpdist.report import summary
 from xpdist.tracking import heartbeat, reap, store
 
@@ -169,7 +173,7 @@ class SweepCallback(Callback):
         hc = config.hydra
         in_process = hc.launcher.get("_target_") == hydra_private.BASIC_LAUNCHER and \
             hc.sweeper.get("_target_") == hydra_private.BASIC_SWEEPER
-        # The jobs run here one after another: the standby task serves each (xpdist/driver/standby.py).
+        # The jobs run here one after another: the standby task serves each (xpdist/driver/processes/standby.py).
         standby.keep_if(in_process and engines.of(config).keeps_standby and not config.verbose)
         _plugins_preflight(config)
         uri = store.resolve_uri(config.tracking.uri, Path(hc.runtime.cwd))

@@ -37,10 +37,11 @@ from typing import Any, Dict, List, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from xpdist.core.errors import ConfigError
-from xpdist.driver import engines, job
+from xpdist.driver import engines
+from xpdist.driver.jobs import job
 from xpdist.driver.engines import ray as ray_engine
 from xpdist.driver.engines._ray_actors import one_line, send_token_to
-from xpdist.driver.launchers import process
+from xpdist.driver.processes import process
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ ADDRESS_KEY = "hydra.launcher.ray.init.address"
 EXTRA_MODULES = ("hydra_plugins.hydra_ray_launcher", "ray")
 # Seconds between two looks for a Ctrl-C while the jobs run.
 POLL_S = 0.5
-# sweep.json's content, for a job whose node does not see the sweep directory (driver/sweep.py's join).
+# sweep.json's content, for a job whose node does not see the sweep directory (driver/sweeps/sweep.py's join).
 SWEEP_ENV = "XPDIST_SWEEP"
 
 

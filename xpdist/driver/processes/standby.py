@@ -44,7 +44,7 @@ import traceback
 from typing import BinaryIO, Dict, Optional, Sequence, Union
 
 from xpdist.core.taskenv import DRIVER_PID_ENV, STANDBY_ARG, Handoff
-from xpdist.driver import spawn
+from xpdist.driver.processes import spawn
 
 ENABLE_ENV = "XPDIST_STANDBY"
 

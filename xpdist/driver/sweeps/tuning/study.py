@@ -1,10 +1,10 @@
 """An Optuna study driven through Hydra's launcher: ask a batch of trials, launch them as
 jobs, tell Optuna how each ended (ask-and-tell), until hydra.sweeper.n_trials have run.
 
-The sweep callback (xpdist.driver.sweep) makes the MLflow parent run before the first trial
+The sweep callback (xpdist.driver.sweeps.sweep) makes the MLflow parent run before the first trial
 and closes it after the last; this module adds the study to it: the search space as params,
 the best value and the best trial's params (`best.` prefix) and Optuna's plots. Each trial's
-job finds its trial through the study file in the sweep directory (xpdist.driver.tuning.trial)
+job finds its trial through the study file in the sweep directory (xpdist.driver.sweeps.tuning.trial)
 and reports every epoch's objective to it, so a pruner can stop it.
 """
 
@@ -22,10 +22,13 @@ from omegaconf import DictConfig, OmegaConf
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import STUDY_FILE, SWEEP_FILE
 from xpdist.driver import hydra_private
-from xpdist.driver.tuning import optuna_private, plots, settings as settings_mod, space as space_mod
-from xpdist.driver.tuning.checks import check_resume, reject, search_space
-from xpdist.driver.tuning.settings import Settings
-from xpdist.driver.tuning.trial import PRUNED_ATTR
+from xpdist.driver.sweeps.tuning import optuna_private
+from xpdist.driver.sweeps.tuning import plots
+from xpdist.driver.sweeps.tuning import settings as settings_mod
+from xpdist.driver.sweeps.tuning import space as space_mod
+from xpdist.driver.sweeps.tuning.checks import check_resume, reject, search_space
+from xpdist.driver.sweeps.tuning.settings import Settings
+from xpdist.driver.sweeps.tuning.trial import PRUNED_ATTR
 from xpdist.tracking import store
 
 # Tags of a trial's child run and of the study's parent run.

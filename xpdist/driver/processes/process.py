@@ -20,7 +20,7 @@ import weakref
 from pathlib import Path
 from typing import IO, Dict, Iterator, List, Optional, Sequence
 
-from xpdist.driver import spawn
+from xpdist.driver.processes import spawn
 
 # Seconds a task gets to stop after SIGINT/SIGTERM before it is killed.
 GRACE_S = 15.0

@@ -10,7 +10,7 @@ work), with Hydra told to write nothing (QUIET_HYDRA): no output folder, no log 
 .hydra/. Then the driver's own checks run (preflight, the tracking URI), and the plan is
 printed: "ok" and the strategy, replicas, global batch, learning rate, steps and where the
 tasks would run, exit 0; or the one-line error, exit 2, as the run would print it. No
-TensorFlow (no standby task: xpdist/driver/standby.py), no MLflow run, no store is opened.
+TensorFlow (no standby task: xpdist/driver/processes/standby.py), no MLflow run, no store is opened.
 Left to the run: tracking.resume (reading the resumed run opens the store) and what only
 the task can know (a custom model or data function's body; a TPU's replica count).
 """
@@ -24,7 +24,8 @@ from typing import List
 from xpdist.core import plan as planning
 from xpdist.core import strategies
 from xpdist.core.errors import ConfigError
-from xpdist.driver import engines, preflight
+from xpdist.driver import engines
+from xpdist.driver.checks import preflight
 from xpdist.tracking import store
 
 FLAG = "--check"

@@ -18,7 +18,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from xpdist.core.errors import ConfigError
-from xpdist.driver import hydra_private, preflight
+from xpdist.driver import hydra_private
+from xpdist.driver.checks import preflight
 
 
 def job_overrides(config: DictConfig) -> List[List[str]]:

@@ -7,7 +7,7 @@ launcher, which this replaces, ran each job in a loky worker that started Python
 all of it again: 4 small jobs on 2 cores took 28.0 CPU-seconds that way against 21.3 run one
 after another (docs/performance-details.md). A forked job starts with all of it, in a process of
 its own (nothing of one job's driver reaches the next, as in a fresh process), and gets a
-standby task (driver/standby.py) as each job of a sequential sweep does.
+standby task (driver/processes/standby.py) as each job of a sequential sweep does.
 
 A standby's tasks are its driver's children, so one standby cannot serve jobs in other processes:
 each job starts its own. Started, each would import TensorFlow again (about 3 CPU-seconds here:
@@ -46,8 +46,9 @@ from typing import Any, Dict, List, Optional, Sequence
 from omegaconf import DictConfig, open_dict
 
 from xpdist.core.errors import ConfigError
-from xpdist.driver import job, standby
-from xpdist.driver.launchers import process
+from xpdist.driver.jobs import job
+from xpdist.driver.processes import standby
+from xpdist.driver.processes import process
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +192,7 @@ def _job(launcher, idx: int, overrides: Sequence[str], conn) -> None:
     """In the forked process: runs one job as Hydra's joblib launcher did (its execute_job), sends
     back its JobReturn, and exits without the interpreter's teardown, as `python -m xpdist` does
     (main._exit_now): exit code 0 once the result is sent, 130 when the job was interrupted."""
-    from xpdist.driver import sweep
+    from xpdist.driver.sweeps import sweep
     from xpdist.tracking import heartbeat
 
     code = 1

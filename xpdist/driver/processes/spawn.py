@@ -1,5 +1,5 @@
 """Starting a task process, with nothing beyond the standard library imported: the standby
-task (xpdist/driver/standby.py) is started from here before Hydra is imported."""
+task (xpdist/driver/processes/standby.py) is started from here before Hydra is imported."""
 
 from __future__ import annotations
 

@@ -25,9 +25,11 @@ from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir, JobSpec, RunReady, TaskResult
 from xpdist.core.plan import RESOLVED_BY_TASK, Plan, resolved_at_run_time
 from xpdist.core.taskenv import LAUNCHED_AT_ENV
-from xpdist.driver import engines, preflight, requeue, resume
-from xpdist.driver.launchers import process
-from xpdist.driver.tuning.trial import TrialWatch
+from xpdist.driver import engines
+from xpdist.driver.checks import preflight
+from xpdist.driver.jobs import requeue
+from xpdist.driver.jobs import resume
+from xpdist.driver.processes import process
 from xpdist.tracking import heartbeat, reap, store
 from xpdist.tracking.params import rejected_params, run_params
 from xpdist.tracking.relay import MetricRelay
@@ -65,6 +67,10 @@ class JobContext:
     parent_run_id: Optional[str] = None
     tracking_uri: Optional[str] = None
     job_num: Optional[int] = None
+    # Set by a sweep whose jobs are trials of a study (hydra/sweeper=optuna): starts watching the
+    # job's epochs, whose pruner may stop it; returns None when this job is no trial. A callable
+    # handed down, so that the job knows nothing of the sweeps above it.
+    watch_trial: Optional[Callable[[JobDir], Any]] = None
 
 
 def plain_config(cfg: DictConfig) -> Dict[str, Any]:
@@ -108,7 +114,7 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
                          plain.tracking, relay_from_end=bool(prepared.reopened), task_pids=engine.task_pids)
     recorder.start()
     # A trial of an Optuna study (hydra/sweeper=optuna): its epochs are reported, a pruner may stop it.
-    trial = TrialWatch.start_for(ctx.job_num, job)
+    trial = ctx.watch_trial(job) if ctx.watch_trial else None
     try:
         env = process.task_env({"MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"})
         if ctx.job_num is not None:  # a standby task started before this job counts from the job's start
