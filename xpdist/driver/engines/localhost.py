@@ -15,6 +15,7 @@ from typing import Dict, Optional
 from xpdist.core import strategies
 from xpdist.core.clusterenv import TaskId
 from xpdist.core.errors import ConfigError
+from xpdist.core.outcome import Status
 from xpdist.driver.engines import Engine
 from xpdist.driver.processes import follow
 from xpdist.driver.processes import process
@@ -80,7 +81,7 @@ class Localhost(Engine):
             except TaskFailed as failure:
                 cluster.stop(signal.SIGKILL, grace_s=FAILURE_GRACE_S)
                 if restarts >= most or not failure.retryable or process.aborted():
-                    return Outcome("FAILED", str(failure), restarts)
+                    return Outcome(Status.FAILED, str(failure), restarts)
                 restarts += 1
                 self._note(f"{failure}; restarting the cluster ({restarts}/{most})")
                 continue
@@ -89,12 +90,12 @@ class Localhost(Engine):
             else:  # the others may be stuck in a collective with the dead chief
                 cluster.stop(signal.SIGKILL, grace_s=FAILURE_GRACE_S)
             outcome = outcome_from(self.job, code)
-            if (outcome.status == "FAILED" and restarts < most and code != 0
+            if (outcome.status == Status.FAILED and restarts < most and code != 0
                     and outcome.retryable and not process.aborted()):
                 restarts += 1
                 self._note(f"{cluster.chief.name} failed: {outcome.error}; restarting the cluster ({restarts}/{most})")
                 continue
-            if outcome.status == "FAILED" and outcome.error:
+            if outcome.status == Status.FAILED and outcome.error:
                 outcome.error = f"{cluster.chief.name} failed: {outcome.error}"
             outcome.restarts = restarts
             return outcome

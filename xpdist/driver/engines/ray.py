@@ -35,6 +35,7 @@ from typing import Dict, Optional
 from xpdist.core import strategies
 from xpdist.core.clusterenv import TaskId
 from xpdist.core.errors import ConfigError
+from xpdist.core.outcome import Status
 from xpdist.driver.engines import Engine, _ray_actors, _ray_node
 from xpdist.driver.engines.localhost import Localhost
 from xpdist.driver.processes import follow
@@ -135,7 +136,7 @@ class Ray(Engine):
             self.owns_ray = _ray_actors.connect(self.cfg.cluster, len(self.task_ids))
             self.pg = _ray_actors.reserve(self.cfg.cluster, len(self.task_ids))
         except _ray_actors.Unplaced as err:
-            return Outcome("FAILED", str(err))
+            return Outcome(Status.FAILED, str(err))
         tasks = self.tasks = _ray_actors.RayTasks(self.cfg, self.job, self.task_ids, self.chief, self.needs,
                                                   self.pg, self.env)
         most, restarts = self.cfg.cluster.max_restarts, 0
@@ -146,7 +147,7 @@ class Ray(Engine):
             except TaskFailed as failure:
                 if restarts >= most or not failure.retryable or process.aborted():
                     tasks.bring_back(_ray_node.OUTPUTS)  # the chief's checkpoints, if it answers: a resume needs them
-                    return Outcome("FAILED", str(failure), restarts)
+                    return Outcome(Status.FAILED, str(failure), restarts)
                 restarts += 1
                 self._restart(f"{failure}; restarting every task ({restarts}/{most})")
                 continue
@@ -154,12 +155,12 @@ class Ray(Engine):
                 tasks.wait_others()
             tasks.bring_back(_ray_node.OUTPUTS)
             outcome = outcome_from(self.job, code)
-            if (outcome.status == "FAILED" and restarts < most and code != 0
+            if (outcome.status == Status.FAILED and restarts < most and code != 0
                     and outcome.retryable and not process.aborted()):
                 restarts += 1
                 self._restart(f"{self.chief.name} failed: {outcome.error}; restarting every task ({restarts}/{most})")
                 continue
-            if outcome.status == "FAILED" and outcome.error:
+            if outcome.status == Status.FAILED and outcome.error:
                 outcome.error = f"{self.chief.name} failed: {outcome.error}"
             outcome.restarts = restarts
             tasks.end()

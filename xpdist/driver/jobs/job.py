@@ -24,6 +24,7 @@ from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir, JobSpec, RunReady, TaskResult
 from xpdist.core.plan import RESOLVED_BY_TASK, Plan, resolved_at_run_time
+from xpdist.core.outcome import JobResult, Status
 from xpdist.core.taskenv import LAUNCHED_AT_ENV
 from xpdist.driver import engines
 from xpdist.driver.checks import preflight
@@ -34,27 +35,6 @@ from xpdist.tracking import heartbeat, reap, store
 from xpdist.tracking.params import rejected_params, run_params
 from xpdist.tracking.relay import MetricRelay
 from xpdist.tracking.sysmetrics import SystemMetrics
-
-
-@dataclass
-class JobResult:
-    """What one job ended with; the sweep summary is built from these."""
-
-    status: str  # FINISHED, FAILED, KILLED, or REJECTED (bad input, no MLflow run)
-    overrides: List[str] = field(default_factory=list)
-    run_id: Optional[str] = None
-    run_name: Optional[str] = None
-    error: Optional[str] = None
-    num_replicas: Optional[int] = None
-    global_batch_size: Optional[int] = None
-    metrics: Dict[str, float] = field(default_factory=dict)
-    wall_time_s: float = 0.0
-    # A task that is not the chief (cluster=tf_config or slurm): its name, e.g. worker:1.
-    task_name: Optional[str] = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "FINISHED"
 
 
 @dataclass
@@ -94,7 +74,7 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
     process.abort_tasks(False)
     config = plain_config(cfg)
     plain = OmegaConf.create(config)
-    result = JobResult(status="REJECTED", overrides=ctx.overrides)
+    result = JobResult(status=Status.REJECTED, overrides=ctx.overrides)
     uri = ctx.tracking_uri or store.resolve_uri(plain.tracking.uri, ctx.launch_dir)
     job = JobDir(ctx.job_dir)
     try:
@@ -169,7 +149,7 @@ def _rejected(result: JobResult, config: Dict[str, Any], ctx: JobContext, uri: s
     result.error = str(err)
     if ctx.parent_run_id:
         result.run_id = _record_rejected(config, ctx, uri, str(err))
-        result.status = "FAILED"
+        result.status = Status.FAILED
     return result
 
 
@@ -205,7 +185,7 @@ def _record(result: JobResult, recorder: "_Recorder", outcome, trial, uri: str, 
     try:
         result.run_id = recorder.finish()
     except Exception as err:  # nothing was trained: one line, like a bad config
-        result.status = "REJECTED"
+        result.status = Status.REJECTED
         result.error = str(ConfigError("tracking.uri", uri, f"the MLflow run could not be created "
                                        f"({one_line(err)}); nothing was trained",
                                        "Check that the store is writable and its server healthy."))
@@ -237,24 +217,24 @@ def _close_interrupted(result: JobResult, recorder: "_Recorder", uri: str, job: 
     (outputs, checkpoints); a second Ctrl-C must not leave it RUNNING. The result goes on
     the exception, for a sweep whose jobs a scheduler runs to report and go on."""
     with process.signals_deferred():
-        result.status, result.error = "KILLED", f"interrupted by {err}"
+        result.status, result.error = Status.KILLED, f"interrupted by {err}"
         if recorder.finish_quietly():
             result.run_id = recorder.run_id
             _log_outputs_quietly(uri, result.run_id, job)
             with contextlib.suppress(Exception):
                 _log_resolved(uri, result.run_id, job, plan, result)
             heartbeat.let_go(result.run_id)
-            store.terminate(uri, result.run_id, "KILLED", result.error)
+            store.terminate(uri, result.run_id, Status.KILLED, result.error)
     result.wall_time_s = time.monotonic() - started
     err.result = result
 
 
 def _close_failed(result: JobResult, recorder: "_Recorder", uri: str, err: Exception) -> None:
     """An error of xpdist's own while following the tasks: the run ends FAILED, not RUNNING."""
-    result.status, result.error = "FAILED", f"{type(err).__name__}: {err}"
+    result.status, result.error = Status.FAILED, f"{type(err).__name__}: {err}"
     if recorder.finish_quietly():
         heartbeat.let_go(recorder.run_id)
-        store.terminate(uri, recorder.run_id, "FAILED", result.error)
+        store.terminate(uri, recorder.run_id, Status.FAILED, result.error)
 
 
 def one_line(err: BaseException) -> str:
@@ -322,7 +302,7 @@ class _Recorder(threading.Thread):
         if self.run_id:
             heartbeat.let_go(self.run_id)
             with contextlib.suppress(Exception):
-                store.terminate(self._uri, self.run_id, "FAILED", f"the run could not be set up: {one_line(err)}")
+                store.terminate(self._uri, self.run_id, Status.FAILED, f"the run could not be set up: {one_line(err)}")
         with contextlib.suppress(OSError):  # a task started later reads it and stops
             RunReady(error=one_line(err)).write(self._job)
         process.abort_tasks()  # no need to wait for TensorFlow's import to stop them
@@ -435,7 +415,7 @@ def _record_rejected(config: Dict[str, Any], ctx: JobContext, uri: str, error: s
     run_id = store.create_run(uri, config["tracking"]["experiment"], name, params,
                               {"xpdist.overrides": " ".join(ctx.overrides) or "(none)",
                                "xpdist.job": str(ctx.job_num)}, ctx.parent_run_id)
-    store.terminate(uri, run_id, "FAILED", error)
+    store.terminate(uri, run_id, Status.FAILED, error)
     return run_id
 
 

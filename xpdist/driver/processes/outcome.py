@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from typing import Optional
 
 from xpdist.core.jobdir import EXIT_DISK_FULL, EXIT_RETRYABLE, JobDir, TaskResult
+from xpdist.core.outcome import Status
 
 
 @dataclass
 class Outcome:
-    status: str  # FINISHED, FAILED or KILLED
+    status: Status  # FINISHED, FAILED or KILLED
     error: Optional[str] = None
     # cluster=localhost: times the cluster was restarted after a task died.
     restarts: int = 0
@@ -41,12 +42,12 @@ def outcome_from(job: JobDir, code: int, chief: bool = True) -> Outcome:
     A task that is not the chief writes no result: its exit code is its outcome.
     """
     if not chief:
-        return Outcome("FINISHED") if code == 0 else Outcome("FAILED", describe_exit(code, job), 0, may_retry(code))
+        return Outcome(Status.FINISHED) if code == 0 else Outcome(Status.FAILED, describe_exit(code, job), 0, may_retry(code))
     result = TaskResult.read(job)
-    if code == 0 and result is not None and result.status == "FINISHED":
-        return Outcome("FINISHED")
+    if code == 0 and result is not None and result.status == Status.FINISHED:
+        return Outcome(Status.FINISHED)
     if code == EXIT_DISK_FULL:  # its result.json may be the one that did not fit
-        return Outcome("FAILED", describe_exit(code, job))
-    if result is None or result.status == "FINISHED":
-        return Outcome("FAILED", describe_exit(code, job), 0, may_retry(code))
-    return Outcome(result.status, result.error or describe_exit(code, job), 0, bool(result.retryable) or code < 0)
+        return Outcome(Status.FAILED, describe_exit(code, job))
+    if result is None or result.status == Status.FINISHED:
+        return Outcome(Status.FAILED, describe_exit(code, job), 0, may_retry(code))
+    return Outcome(Status(result.status), result.error or describe_exit(code, job), 0, bool(result.retryable) or code < 0)

@@ -37,6 +37,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from xpdist.core.errors import ConfigError
+from xpdist.core.outcome import JobResult, Status
 from xpdist.driver import engines
 from xpdist.driver.jobs import job
 from xpdist.driver.engines import ray as ray_engine
@@ -132,7 +133,8 @@ def _returned(ref, overrides: Sequence[str]):
     try:
         return ray.get(ref)
     except ray.exceptions.RayError as err:
-        result = job.JobResult("FAILED", list(overrides), error=f"its Ray task was lost: {one_line(err)}")
+        result = JobResult(status=Status.FAILED, overrides=list(overrides),
+                           error=f"its Ray task was lost: {one_line(err)}")
         print(f"xpdist: job {' '.join(overrides)}: {result.error}", file=sys.stderr, flush=True)
         return JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=result)
 

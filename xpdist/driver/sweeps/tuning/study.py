@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import STUDY_FILE, SWEEP_FILE
+from xpdist.core.outcome import Status
 from xpdist.driver import hydra_private
 from xpdist.driver.sweeps.tuning import optuna_private
 from xpdist.driver.sweeps.tuning import plots
@@ -130,7 +131,7 @@ class StudyRun:
         value = (getattr(result, "metrics", None) or {}).get(self.settings.objective)
         if PRUNED_ATTR in optuna_private.stored_user_attrs(study, trial):
             state, values = TrialState.PRUNED, None
-        elif getattr(result, "status", None) == "FINISHED" and value is not None and math.isfinite(value):
+        elif getattr(result, "status", None) == Status.FINISHED and value is not None and math.isfinite(value):
             state, values = TrialState.COMPLETE, value
         else:
             state, values = TrialState.FAIL, None
@@ -186,7 +187,7 @@ def _why_failed(result, ret, objective: str) -> str:
     if result is None:
         error = hydra_private.job_error(ret)
         return f"the job raised {type(error).__name__}: {error}"
-    if result.status != "FINISHED":
+    if result.status != Status.FINISHED:
         return f"its run ended {result.status}: {result.error or 'no error recorded'}"
     known = ", ".join(sorted(result.metrics)) or "none"
     value = result.metrics.get(objective)
