@@ -36,12 +36,11 @@ from xpdist.core import strategies
 from xpdist.core.clusterenv import TaskId
 from xpdist.core.errors import ConfigError
 from xpdist.core.outcome import Status
-from xpdist.driver.engines import Engine, _ray_actors, _ray_node
+from xpdist.driver.engines import Engine, _ray_actors, _ray_node, _restarts
 from xpdist.driver.engines.localhost import Localhost
 from xpdist.driver.processes import follow
 from xpdist.driver.processes import process
-from xpdist.driver.processes.localhost import TaskFailed
-from xpdist.driver.processes.outcome import Outcome, outcome_from
+from xpdist.driver.processes.outcome import Outcome
 
 # Variables of the driver's environment that reach the tasks besides the job's own: settings
 # of xpdist, TensorFlow and Keras. The rest (PATH, HOME, ...) is the node's.
@@ -139,32 +138,20 @@ class Ray(Engine):
             return Outcome(Status.FAILED, str(err))
         tasks = self.tasks = _ray_actors.RayTasks(self.cfg, self.job, self.task_ids, self.chief, self.needs,
                                                   self.pg, self.env)
-        most, restarts = self.cfg.cluster.max_restarts, 0
-        while True:
-            try:
-                tasks.start(restarts + 1)
-                code = tasks.watch()
-            except TaskFailed as failure:
-                if restarts >= most or not failure.retryable or process.aborted():
-                    tasks.bring_back(_ray_node.OUTPUTS)  # the chief's checkpoints, if it answers: a resume needs them
-                    return Outcome(Status.FAILED, str(failure), restarts)
-                restarts += 1
-                self._restart(f"{failure}; restarting every task ({restarts}/{most})")
-                continue
+
+        def ended(code: Optional[int]) -> None:
+            if code is None:  # a task died: its restart brings back what it needs (_restart)
+                return
             if code == 0:
                 tasks.wait_others()
-            tasks.bring_back(_ray_node.OUTPUTS)
-            outcome = outcome_from(self.job, code)
-            if (outcome.status == Status.FAILED and restarts < most and code != 0
-                    and outcome.retryable and not process.aborted()):
-                restarts += 1
-                self._restart(f"{self.chief.name} failed: {outcome.error}; restarting every task ({restarts}/{most})")
-                continue
-            if outcome.status == Status.FAILED and outcome.error:
-                outcome.error = f"{self.chief.name} failed: {outcome.error}"
-            outcome.restarts = restarts
-            tasks.end()
-            return outcome
+            tasks.bring_back(_ray_node.OUTPUTS)  # the chief's result, read next, and its model
+
+        outcome = _restarts.follow(self.job, self.chief.name, self.cfg.cluster.max_restarts, "every task",
+                                   start=tasks.start, watch=tasks.watch, ended=ended, restart=self._restart,
+                                   # the chief's checkpoints, if it answers: a resume needs them
+                                   gave_up=lambda: tasks.bring_back(_ray_node.OUTPUTS))
+        tasks.end()
+        return outcome
 
     def stop(self, first: int = signal.SIGTERM) -> None:
         """Signals every task (SIGINT lets the chief save), waits up to process.GRACE_S for them to end."""
