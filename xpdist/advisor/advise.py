@@ -90,16 +90,15 @@ def _preflight(words: List[str], launch_dir: Path):
         ConfigError: preflight refuses the config.
     """
     from hydra import compose, initialize_config_module
-    from omegaconf import OmegaConf
 
+    from xpdist.core.resolved import resolve
     from xpdist.core.schema import register_configs
-    from xpdist.driver.jobs import job
     from xpdist.driver.checks import preflight
 
     register_configs()  # storing the schema again replaces the same nodes
     with initialize_config_module("xpdist.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=words)
-    plain = OmegaConf.create(job.plain_config(cfg))
+    plain = resolve(cfg)
     return plain, preflight.check(plain, launch_dir)
 
 

@@ -19,9 +19,10 @@ from typing import Optional
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from xpdist.core.outcome import RESULT_FILE_ENV, JobResult, Status
+from xpdist.core.resolved import resolve
 from xpdist.core.errors import ConfigError
 from xpdist.core.schema import register_configs
 from xpdist.driver import engines, hydra_private
@@ -46,6 +47,7 @@ class _State:
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
 def main(cfg: DictConfig) -> JobResult:
     hc = HydraConfig.get()
+    cfg = resolve(cfg)  # once: the job, the checks and the engine read this one object
     if check.enabled():  # --check: the checks and the plan, no run (driver/checks/check.py)
         return _check_only(cfg, Path(hc.runtime.cwd))
     multirun = hc.mode == RunMode.MULTIRUN
@@ -92,7 +94,7 @@ def _write_result(result: Optional[JobResult]) -> None:
 
 def _check_only(cfg: DictConfig, launch_dir: Path) -> JobResult:
     try:
-        check.run(OmegaConf.create(job.plain_config(cfg)), launch_dir)
+        check.run(cfg, launch_dir)
     except ConfigError as err:
         print(f"xpdist: error: {err}", file=sys.stderr)
         _State.exit_code = 2
