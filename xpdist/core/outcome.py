@@ -3,6 +3,7 @@
     Status       every status a run, a job, a task or an advisor's probe can end with
     JobResult    what one job ended with: the driver returns it, writes it for xpdist.run(),
                  and the sweeps, the advisor and the Python API read it back
+    one_line     an exception as the one line a JobResult's error or a status message shows
 """
 
 from __future__ import annotations
@@ -78,3 +79,9 @@ class JobResult:
         result = cls(**{k: v for k, v in data.items() if k in fields})
         result.status = Status(result.status)
         return result
+
+
+def one_line(err: BaseException) -> str:
+    """An exception's type and its first non-empty line (Ray's, MLflow's messages run to many lines)."""
+    first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__

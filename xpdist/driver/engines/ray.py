@@ -54,6 +54,21 @@ SWEEP_LAUNCHER = "hydra_plugins.xpdist_ray.ray_launcher.RayLauncher"
 RAY_CURRENT_CLUSTER = Path("/tmp/ray/ray_current_cluster")
 
 
+def send_token_to(address: str) -> None:
+    """Before Ray is first imported (it reads RAY_AUTH_MODE then): Ray 2.60 turns tokens on for
+    clusters started on this machine (`ray start --head`) but reads an explicit address as a
+    remote cluster without them, so the client would send no token and the head refuse it. A
+    token found here says the user has one."""
+    if address not in ("auto", "local") and "RAY_AUTH_MODE" not in os.environ and token_here():
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def token_here() -> bool:
+    """Whether this machine has a Ray token where Ray looks for one (its value is never read here)."""
+    return bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+                or (Path.home() / ".ray" / "auth_token").exists())
+
+
 def check_address(key: str, address) -> None:
     """A Ray address as cluster.address and hydra/launcher=ray take it: auto (the cluster this
     machine belongs to), local (a private one-node Ray) or host:port of the head's GCS.
@@ -131,6 +146,7 @@ class Ray(Engine):
         self.follower = follow.follow_chief(self.job.log_of(self.chief.file_name), self.chief.name, self.job.logs)
 
     def follow(self) -> Outcome:
+        send_token_to(self.cfg.cluster.address)
         try:
             self.owns_ray = _ray_actors.connect(self.cfg.cluster, len(self.task_ids))
             self.pg = _ray_actors.reserve(self.cfg.cluster, len(self.task_ids))

@@ -13,7 +13,7 @@ import contextlib
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -24,7 +24,7 @@ from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir, JobSpec, RunReady, TaskResult
 from xpdist.core.plan import RESOLVED_BY_TASK, Plan, resolved_at_run_time
-from xpdist.core.outcome import JobResult, Status
+from xpdist.core.outcome import JobResult, Status, one_line
 from xpdist.core.resolved import as_data
 from xpdist.core.taskenv import LAUNCHED_AT_ENV
 from xpdist.driver import engines
@@ -234,12 +234,6 @@ def _close_failed(result: JobResult, recorder: "_Recorder", err: Exception) -> N
     if recorder.finish_quietly():
         heartbeat.let_go(recorder.run_id)
         store.terminate(recorder.uri, recorder.run_id, Status.FAILED, result.error)
-
-
-def one_line(err: BaseException) -> str:
-    """The first non-empty line of an exception, after its type."""
-    first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
-    return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
 def write_job_files(job: JobDir, spec: JobSpec, keep_metrics: bool = False) -> None:

@@ -1,4 +1,4 @@
-"""How a job's task processes ended, as the launchers report it to the job."""
+"""How a job's task processes ended, as the engines report it to the job."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from xpdist.core.outcome import Status
 
 @dataclass
 class Outcome:
+    """How the tasks ended, as an engine's follow() returns it; the job makes its JobResult of it."""
+
     status: Status  # FINISHED, FAILED or KILLED
     error: Optional[str] = None
-    # cluster=localhost: times the cluster was restarted after a task died.
+    # cluster=localhost and ray: times every task was started again after one died.
     restarts: int = 0
     # A restart may cure the failure (see may_retry).
     retryable: bool = False

@@ -164,7 +164,7 @@ class StudyRun:
             best = study.best_trial
             summary.update(best_trial=best.number, best_value=best.value, best_params=best.params)
             lines.append(f"  best: trial {best.number}, {self.settings.objective}={best.value:.6g}, "
-                         + " ".join(f"{k}={space_mod._literal(v)}" for k, v in best.params.items()))
+                         + " ".join(f"{k}={space_mod.literal(v)}" for k, v in best.params.items()))
         out = self.sweep_dir / "study"
         out.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(OmegaConf.create(summary), self.sweep_dir / "optimization_results.yaml")
@@ -175,7 +175,7 @@ class StudyRun:
         if parent:
             if complete:
                 _log(uri, parent, metrics={self.settings.objective: best.value, "best_trial": best.number},
-                     params={f"best.{k}": space_mod._literal(v) for k, v in best.params.items()})
+                     params={f"best.{k}": space_mod.literal(v) for k, v in best.params.items()})
             _log(uri, parent, metrics={f"trials_{k}": v for k, v in counts.items()})
             store.log_artifacts(uri, parent, [*files, self.sweep_dir / "optimization_results.yaml"], "study")
             if notes:

@@ -130,8 +130,8 @@ def stop_tasks(job: JobDir) -> int:
     """SIGTERMs the task processes this driver started for `job` (SIGKILL after process.GRACE_S);
     returns how many it found alive.
 
-    The launcher, waiting on them in the main thread, then sees them end. They are found by
-    their command line (`python -m xpdist.task <job dir>`): the launchers keep no handle this
+    The engine, waiting on them in the main thread, then sees them end. They are found by
+    their command line (`python -m xpdist.task <job dir>`): the engines keep no handle this
     thread could reach.
     """
     import psutil
