@@ -37,7 +37,7 @@ from typing import Dict, List, Optional, Sequence, Union
 from xpdist.core.errors import ConfigError, TaskError
 from xpdist.core.outcome import RESULT_FILE_ENV, JobResult, Status
 
-# Where the driver writes a single run's outcome for run() (xpdist/driver/main.py).
+# How the command's one-line error starts (exit 2); the rest of the line becomes ConfigRejected.
 _ERROR_PREFIX = "xpdist: error: "
 
 

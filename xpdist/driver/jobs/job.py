@@ -23,8 +23,8 @@ from xpdist.core import data_sources
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir, JobSpec, RunReady, TaskResult
-from xpdist.core.plan import RESOLVED_BY_TASK, Plan, resolved_at_run_time
 from xpdist.core.outcome import JobResult, Status, one_line
+from xpdist.core.plan import RESOLVED_BY_TASK, Plan, resolved_at_run_time
 from xpdist.core.resolved import as_data
 from xpdist.core.taskenv import LAUNCHED_AT_ENV
 from xpdist.driver import engines
@@ -57,15 +57,15 @@ class JobContext:
 def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
     """Runs one experiment end to end; never raises for a failed training.
 
-    Args:
-        cfg: the job's config, resolved (core.resolved.resolve): the one object every step reads.
-        ctx: where the job runs and records.
-
     The steps, each its own function below: check and write the job (_prepare; a bad config
     ends here, REJECTED), start the tasks while the MLflow run is created (_run_creator, the
     _Recorder thread), follow them to their outcome and record it (_record), close the run
     (_close; or _close_interrupted, _close_failed). A task of a cluster that is not the chief
     runs its part and records nothing (_run_member).
+
+    Args:
+        cfg: the job's config, resolved (core.resolved.resolve): the one object every step reads.
+        ctx: where the job runs and records.
 
     Raises:
         process.Interrupted: after closing the run as KILLED.
@@ -131,7 +131,7 @@ def _prepare(cfg: DictConfig, ctx: JobContext, uri: str, job: JobDir) -> _Prepar
     preflight.check_tracking_uri(uri)
     prepared = _Prepared(plan, ClusterEnv.from_environ(cfg.cluster.name))
     if cfg.tracking.resume:
-        prepared.resumed = resume.prepare(uri, cfg.tracking.resume, _creation_params(cfg, plan), job)
+        prepared.resumed = resume.prepare(uri, cfg.tracking.resume, _creation_params(as_data(cfg), plan), job)
     elif prepared.cluster_env.is_chief and not ctx.parent_run_id:
         # A SLURM job that SLURM requeued continues its run; its task resumes from the job dir.
         prepared.reopened = requeue.find_run(uri, cfg.tracking.experiment)
@@ -167,7 +167,7 @@ def _run_creator(cfg: DictConfig, ctx: JobContext, uri: str, job: JobDir, prepar
             return resume.reopen(uri, prepared.resumed, tags)
         if prepared.reopened:
             return requeue.reopen(uri, prepared.reopened)
-        run_id = store.create_run(uri, cfg.tracking.experiment, run_name, _creation_params(cfg, plan),
+        run_id = store.create_run(uri, cfg.tracking.experiment, run_name, _creation_params(as_data(cfg), plan),
                                   tags, ctx.parent_run_id)
         store.log_inputs(uri, run_id, inputs)
         return run_id
@@ -326,9 +326,10 @@ class _Recorder(threading.Thread):
         return {k: v for k, v in latest.items() if not k.startswith("batch_")}
 
 
-def _creation_params(cfg: DictConfig, plan: Plan) -> Dict[str, str]:
-    """The params a run is created with; those TensorFlow decides (strategy=tpu) come later."""
-    params = run_params(as_data(cfg), plan)
+def _creation_params(config: Dict[str, Any], plan: Plan) -> Dict[str, str]:
+    """The params a run is created with, from the config as plain data (as_data); those
+    TensorFlow decides (strategy=tpu) come later."""
+    params = run_params(config, plan)
     if resolved_at_run_time(plan):
         for key in RESOLVED_BY_TASK:
             params.pop(key, None)

@@ -44,7 +44,9 @@ def outcome_from(job: JobDir, code: int, chief: bool = True) -> Outcome:
     A task that is not the chief writes no result: its exit code is its outcome.
     """
     if not chief:
-        return Outcome(Status.FINISHED) if code == 0 else Outcome(Status.FAILED, describe_exit(code, job), 0, may_retry(code))
+        if code == 0:
+            return Outcome(Status.FINISHED)
+        return Outcome(Status.FAILED, describe_exit(code, job), 0, may_retry(code))
     result = TaskResult.read(job)
     if code == 0 and result is not None and result.status == Status.FINISHED:
         return Outcome(Status.FINISHED)
@@ -52,4 +54,5 @@ def outcome_from(job: JobDir, code: int, chief: bool = True) -> Outcome:
         return Outcome(Status.FAILED, describe_exit(code, job))
     if result is None or result.status == Status.FINISHED:
         return Outcome(Status.FAILED, describe_exit(code, job), 0, may_retry(code))
-    return Outcome(Status(result.status), result.error or describe_exit(code, job), 0, bool(result.retryable) or code < 0)
+    return Outcome(Status(result.status), result.error or describe_exit(code, job), 0,
+                   bool(result.retryable) or code < 0)
