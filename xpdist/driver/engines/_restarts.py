@@ -18,6 +18,16 @@ from xpdist.driver.processes.localhost import TaskFailed
 from xpdist.driver.processes.outcome import Outcome, outcome_from
 
 
+class Restarting:
+    """Mixed into an engine (before Engine) whose follow() runs this loop: its tasks may start
+    again in the same job directory, so Model.fit backs up every epoch, only when
+    cluster.max_restarts allows a restart (Engine.restarts_tasks)."""
+
+    @classmethod
+    def restarts_tasks(cls, cfg) -> bool:
+        return cfg.cluster.max_restarts > 0
+
+
 def follow(job: JobDir, chief: str, most: int, what: str, *, start: Callable[[int], None],
            watch: Callable[[], int], ended: Callable[[Optional[int]], None], restart: Callable[[str], None],
            gave_up: Callable[[], None] = lambda: None) -> Outcome:

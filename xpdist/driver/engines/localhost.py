@@ -21,7 +21,7 @@ from xpdist.driver.processes.localhost import FAILURE_GRACE_S, Cluster
 from xpdist.driver.processes.outcome import Outcome
 
 
-class Localhost(Engine):
+class Localhost(_restarts.Restarting, Engine):
     name = "localhost"
     keeps_standby = True  # every task is forked from it (driver/processes/localhost.py)
 
@@ -50,11 +50,6 @@ class Localhost(Engine):
             with_ps = " or ".join(strategies.names_where(lambda other: other.needs.has_ps))
             raise ConfigError("cluster.ps", cfg.cluster.ps, f"strategy={strategy} has no parameter servers",
                               f"Drop cluster.ps or use strategy={with_ps}.")
-
-    @classmethod
-    def restarts_tasks(cls, cfg) -> bool:
-        """Only this engine starts the tasks, and again only as cluster.max_restarts allows."""
-        return cfg.cluster.max_restarts > 0
 
     @classmethod
     def describe(cls, cfg, plan) -> str:

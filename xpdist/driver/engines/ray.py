@@ -84,7 +84,7 @@ def check_address(key: str, address) -> None:
                           f"Start one with `ray start --head`, or use {key}=local.")
 
 
-class Ray(Engine):
+class Ray(_restarts.Restarting, Engine):
     name = "ray"
 
     def __init__(self, cfg, plan, job):
@@ -116,11 +116,6 @@ class Ray(Engine):
         if bad:
             raise ConfigError("cluster.resources", dict(bad), "each custom resource is an amount of 0 or more",
                               "Use e.g. cluster.resources={accelerator_a: 1}.")
-
-    @classmethod
-    def restarts_tasks(cls, cfg) -> bool:
-        """Its actors are not restarted by Ray; this engine restarts them as cluster.max_restarts allows."""
-        return cfg.cluster.max_restarts > 0
 
     @classmethod
     def describe(cls, cfg, plan) -> str:
