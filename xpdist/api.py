@@ -35,32 +35,24 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
 from xpdist.core.errors import ConfigError, TaskError
-from xpdist.core.outcome import RESULT_FILE_ENV
+from xpdist.core.outcome import RESULT_FILE_ENV, JobResult, Status
 
-# Where the driver writes a single run's outcome for run() (xpdist/driver/main.py).
+# How the command's one-line error starts (exit 2); the rest of the line becomes ConfigRejected.
 _ERROR_PREFIX = "xpdist: error: "
 
 
-@dataclass
-class Result:
-    """What a run ended with."""
-
-    run_id: Optional[str]
-    status: str  # FINISHED, FAILED or KILLED
-    metrics: Dict[str, float] = field(default_factory=dict)  # each metric's last value, as `final:` prints
-    run_name: Optional[str] = None
-    error: Optional[str] = None
-    num_replicas: Optional[int] = None
-    global_batch_size: Optional[int] = None
-    wall_time_s: float = 0.0
+# What a run ended with (status FINISHED, FAILED or KILLED): the driver's own JobResult, read
+# back from the file it writes.
+Result = JobResult
 
 
 @dataclass
-class SweepJob(Result):
+class SweepJob(JobResult):
     """One job of a sweep: its child run's Result, with its place in the sweep."""
 
     job: Optional[int] = None  # the job's number in the sweep (the tag xpdist.job)
-    overrides: str = ""  # the job's whole command line
+    # The job's whole command line, as the sweep's table shows it, one string (a Result's are words).
+    overrides: str = ""
 
 
 @dataclass
@@ -68,13 +60,13 @@ class SweepResult:
     """What a sweep ended with: its MLflow parent run and one child run per job, in job order."""
 
     parent_run_id: str
-    status: str  # FINISHED (every job finished) or FAILED
+    status: Status  # FINISHED (every job finished) or FAILED
     jobs: List[SweepJob] = field(default_factory=list)
     error: Optional[str] = None  # "<n> of <m> jobs failed"
 
     @property
     def failed(self) -> List[SweepJob]:
-        return [job for job in self.jobs if job.status != "FINISHED"]
+        return [job for job in self.jobs if job.status != Status.FINISHED]
 
 
 class ConfigRejected(ConfigError):
@@ -117,8 +109,8 @@ def run(overrides: Sequence[str] = (), cwd: Union[str, Path, None] = None, env: 
     if any(word in _MULTIRUN for word in overrides):
         raise ValueError("run() runs one experiment; for a sweep call xpdist.sweep() with the same words, without -m")
     code, outcome = _command(list(overrides), cwd, env, quiet, "run")
-    result = Result(**{k: v for k, v in outcome.items() if k in Result.__dataclass_fields__})
-    if code != 0 or result.status != "FINISHED":
+    result = Result.from_json(outcome)
+    if code != 0 or result.status != Status.FINISHED:
         raise RunFailed(result)
     return result
 
@@ -144,9 +136,8 @@ def sweep(overrides: Sequence[str] = (), cwd: Union[str, Path, None] = None, env
     _check_words(overrides)
     words = [word for word in overrides if word not in _MULTIRUN]
     code, outcome = _command(["-m", *words], cwd, env, quiet, "sweep")
-    jobs = [SweepJob(**{k: v for k, v in job.items() if k in SweepJob.__dataclass_fields__})
-            for job in outcome.get("jobs", [])]
-    return SweepResult(parent_run_id=outcome["parent_run_id"], status=outcome["status"], jobs=jobs,
+    jobs = [SweepJob.from_json(job) for job in outcome.get("jobs", [])]
+    return SweepResult(parent_run_id=outcome["parent_run_id"], status=Status(outcome["status"]), jobs=jobs,
                        error=outcome.get("error"))
 
 

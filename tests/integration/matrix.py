@@ -98,13 +98,13 @@ def _task(root: Path, cells: List[Cell]) -> None:
     from xpdist.core.jobdir import JobDir, JobSpec
     from xpdist.core.schema import register_configs
     from xpdist.driver.checks import preflight
-    from xpdist.driver.jobs.job import plain_config
+    from xpdist.core.resolved import resolve
 
     jobs = []
     register_configs()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         for name, overrides in cells:
-            plain = OmegaConf.create(plain_config(compose(config_name="config", overrides=CHEAP + overrides)))
+            plain = resolve(compose(config_name="config", overrides=CHEAP + overrides))
             plan = preflight.check(plain, root)
             spec = JobSpec(OmegaConf.to_container(plain), plan, "", str(root))
             spec.write(JobDir(root / name))

@@ -9,7 +9,7 @@ from pathlib import Path
 from omegaconf import OmegaConf, open_dict
 
 from tests.helpers import compose
-from xpdist.driver.jobs.job import plain_config
+from xpdist.core.resolved import as_data
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -29,7 +29,7 @@ def _plain(overrides: tuple) -> dict:
     cfg = compose(overrides)
     with open_dict(cfg):
         del cfg["hydra"]
-    return plain_config(cfg)
+    return as_data(cfg)
 
 
 def recording_model(input_shape, num_outputs, **kwargs):

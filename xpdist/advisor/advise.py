@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from xpdist.core.outcome import RESULT_FILE_ENV
+from xpdist.core.outcome import RESULT_FILE_ENV, JobResult, Status
 from xpdist.core.errors import ConfigError
 from xpdist.advisor import plan as advise_plan
 from xpdist.advisor.plan import Candidate, Settings
@@ -90,16 +90,15 @@ def _preflight(words: List[str], launch_dir: Path):
         ConfigError: preflight refuses the config.
     """
     from hydra import compose, initialize_config_module
-    from omegaconf import OmegaConf
 
+    from xpdist.core.resolved import resolve
     from xpdist.core.schema import register_configs
-    from xpdist.driver.jobs import job
     from xpdist.driver.checks import preflight
 
     register_configs()  # storing the schema again replaces the same nodes
     with initialize_config_module("xpdist.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=words)
-    plain = OmegaConf.create(job.plain_config(cfg))
+    plain = resolve(cfg)
     return plain, preflight.check(plain, launch_dir)
 
 
@@ -119,7 +118,7 @@ def advise(settings: Settings, overrides: List[str], launch_dir: Path) -> int:
     print(f"xpdist: advise: parent run {parent}, budget {settings.budget_s:.0f} s", flush=True)
     started = time.monotonic()
     rows: List[Dict[str, Any]] = []
-    status, error = "FINISHED", None
+    status, error = Status.FINISHED, None
     try:
         for candidate in advise_plan.candidates(settings, rows):
             left = settings.budget_s - (time.monotonic() - started)
@@ -135,16 +134,16 @@ def advise(settings: Settings, overrides: List[str], launch_dir: Path) -> int:
             if row["interrupted"]:
                 raise KeyboardInterrupt
     except KeyboardInterrupt:
-        status, error = "KILLED", "advise interrupted"
+        status, error = Status.KILLED, "advise interrupted"
     finally:
         ranked = advise_plan.rank(rows)
         answer = advise_plan.recommend(ranked, overrides, settings)
         _report(ranked, answer, uri, parent, out_dir, time.monotonic() - started)
-        if status == "FINISHED" and not any(r["status"] == "FINISHED" for r in rows):
-            status, error = "FAILED", "no candidate finished its probe"
+        if status == Status.FINISHED and not any(r["status"] == Status.FINISHED for r in rows):
+            status, error = Status.FAILED, "no candidate finished its probe"
         heartbeat.let_go(parent)
         store.terminate(uri, parent, status, error)
-    return 0 if status == "FINISHED" else (130 if status == "KILLED" else 1)
+    return 0 if status == Status.FINISHED else (130 if status == Status.KILLED else 1)
 
 
 def _probe(candidate: Candidate, overrides: List[str], settings: Settings, uri: str, launch_dir: Path,
@@ -156,7 +155,7 @@ def _probe(candidate: Candidate, overrides: List[str], settings: Settings, uri: 
         words.append(f"trainer.steps_per_epoch={settings.probe_steps}")
     refused = _refusal(words, launch_dir)
     if refused is not None:
-        return _row(candidate, job, {"status": "REJECTED", "error": refused}, "", 0.0, False)
+        return _row(candidate, job, JobResult(status=Status.REJECTED, error=refused), "", 0.0, False)
     with tempfile.TemporaryDirectory(prefix="xpdist-advise-") as tmp:
         result_file = Path(tmp) / "result.json"
         started = time.monotonic()
@@ -173,29 +172,29 @@ def _probe(candidate: Candidate, overrides: List[str], settings: Settings, uri: 
             output = proc.communicate()
             interrupted = True
         wall = time.monotonic() - started
-        result = json.loads(result_file.read_text()) if result_file.exists() else {}
-    error = result.get("error")
-    if not error and proc.returncode != 0:
+        written = result_file.exists()
+        result = JobResult.from_json(json.loads(result_file.read_text())) if written else None
+    if result is None:  # the probe's driver wrote none: its exit code says what it can
+        result = JobResult(status=Status.REJECTED if proc.returncode == 2 else Status.FAILED)
+    if not result.error and proc.returncode != 0:
         lines = output.strip().splitlines()
-        error = lines[-1] if lines else f"exit code {proc.returncode}"
-    status = result.get("status") or ("REJECTED" if proc.returncode == 2 else "FAILED")
+        result.error = lines[-1] if lines else f"exit code {proc.returncode}"
     if interrupted:
-        status = "KILLED"
+        result.status = Status.KILLED
     elif timed_out:
-        status = "TIMEOUT"
-    elif status != "FINISHED" and _OOM.search(f"{error}\n{output}"):
-        status = "OOM"
-    return _row(candidate, job, {**result, "status": status, "error": error}, output, wall, interrupted)
+        result.status = Status.TIMEOUT
+    elif not result.ok and _OOM.search(f"{result.error}\n{output}"):
+        result.status = Status.OOM
+    return _row(candidate, job, result, output, wall, interrupted)
 
 
-def _row(candidate: Candidate, job: int, result: Dict[str, Any], output: str, wall: float,
+def _row(candidate: Candidate, job: int, result: JobResult, output: str, wall: float,
          interrupted: bool) -> Dict[str, Any]:
-    metrics = result.get("metrics") or {}
-    status = result["status"]
-    return {"job": job, "label": candidate.label, "overrides": candidate.overrides, "status": status,
-            "error": result.get("error") if status != "FINISHED" else None, "run_id": result.get("run_id"),
-            "replicas": result.get("num_replicas") or candidate.replicas,
-            "per_replica_batch": candidate.per_replica_batch, "global_batch": result.get("global_batch_size"),
+    metrics = result.metrics or {}
+    return {"job": job, "label": candidate.label, "overrides": candidate.overrides, "status": result.status,
+            "error": None if result.ok else result.error, "run_id": result.run_id,
+            "replicas": result.num_replicas or candidate.replicas,
+            "per_replica_batch": candidate.per_replica_batch, "global_batch": result.global_batch_size,
             "examples_per_sec": metrics.get("steady_examples_per_sec"), "first_step_s": metrics.get("first_step_s"),
             "peak_memory_mb": metrics.get("peak_gpu_memory_mb", metrics.get("peak_memory_mb")),
             "achieved_flops_per_sec": metrics.get("achieved_flops_per_sec"), "mfu": metrics.get("mfu"), "probe_s": wall,

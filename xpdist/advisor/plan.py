@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from xpdist.core import plan, strategies
 from xpdist.core.errors import ConfigError
+from xpdist.core.outcome import Status
 
 # Keys the advisor sets on each probe: the user cannot set them too.
 _CHOSEN = ("strategy", "cross_ops", "communication", "cluster", "devices.logical_cpus",
@@ -177,7 +178,7 @@ def candidates(settings: Settings, rows: List[Dict[str, Any]]) -> Iterator[Candi
     batch = int(settings.batch or 32)
     first = first_round(settings, batch)
     yield from first
-    best = [r for r in rank(rows) if r["status"] == "FINISHED"][:2]
+    best = [r for r in rank(rows) if r["status"] == Status.FINISHED][:2]
     by_label = {c.label: c for c in first}
     for row in best:
         base = by_label[row["label"]]
@@ -192,7 +193,7 @@ def rank(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Finished probes by steady examples/sec, fastest first, then the others; adds each one's
     scaling efficiency: examples/sec per replica over the best one-replica probe's at the same
     per-replica batch."""
-    done = sorted((r for r in rows if r["status"] == "FINISHED" and r.get("examples_per_sec")),
+    done = sorted((r for r in rows if r["status"] == Status.FINISHED and r.get("examples_per_sec")),
                   key=lambda r: -r["examples_per_sec"])
     rest = [r for r in rows if r not in done]
     for row in done:
@@ -250,7 +251,7 @@ MIN_STEPS = 10
 def recommend(ranked: List[Dict[str, Any]], overrides: List[str], settings: Optional[Settings] = None
               ) -> Optional[Dict[str, Any]]:
     """The fastest finished probe, why, and the command line that trains with it."""
-    done = [r for r in ranked if r["status"] == "FINISHED" and r.get("examples_per_sec")]
+    done = [r for r in ranked if r["status"] == Status.FINISHED and r.get("examples_per_sec")]
     if not done:
         return None
     best = done[0]

@@ -6,6 +6,8 @@ import csv
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from xpdist.core.outcome import Status
+
 # (row key, heading, format) of each column of the table.
 COLUMNS = (
     ("rank", "rank", "{}"), ("label", "candidate", "{}"), ("status", "status", "{}"), ("replicas", "replicas", "{}"),
@@ -29,7 +31,7 @@ NOTES = ("steady examples/s: the median over the probe's epochs after the first 
 def _cells(ranked: List[Dict[str, Any]]) -> List[List[str]]:
     out = []
     for i, row in enumerate(ranked, 1):
-        values = dict(row, rank=i if row["status"] == "FINISHED" else "-")
+        values = dict(row, rank=i if row["status"] == Status.FINISHED else "-")
         if values.get("achieved_flops_per_sec") is not None:
             values["achieved_flops_per_sec"] = values["achieved_flops_per_sec"] / 1e9
         out.append(["" if values.get(k) is None else fmt.format(values[k]) for k, _, fmt in COLUMNS])
@@ -43,7 +45,7 @@ def text(ranked: List[Dict[str, Any]], answer: Optional[Dict[str, Any]]) -> str:
     lines = ["", "xpdist: advise: candidates, fastest first",
              "  " + "  ".join(h.ljust(w) for h, w in zip(heads, widths))]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
-    lines += [f"  {r['label']}: {r['error']}" for r in ranked if r["status"] != "FINISHED" and r.get("error")]
+    lines += [f"  {r['label']}: {r['error']}" for r in ranked if r["status"] != Status.FINISHED and r.get("error")]
     lines += [f"  {r['label']}: {r['why_slow']}" for r in ranked if r.get("why_slow")]
     lines += [_answer(answer)]
     return "\n".join(lines)
@@ -71,7 +73,7 @@ def write(ranked: List[Dict[str, Any]], answer: Optional[Dict[str, Any]], folder
         writer = csv.writer(handle)
         writer.writerow(["rank", *keys, "overrides"])
         for i, row in enumerate(ranked, 1):
-            writer.writerow([i if row["status"] == "FINISHED" else "", *[row.get(k) for k in keys],
+            writer.writerow([i if row["status"] == Status.FINISHED else "", *[row.get(k) for k in keys],
                              " ".join(row["overrides"])])
     return [md, path_csv, chart(ranked, answer, folder / "advice.png")]
 

@@ -6,7 +6,6 @@ task process(es); it never imports TensorFlow.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import logging
@@ -20,9 +19,10 @@ from typing import Optional
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from xpdist.core.outcome import RESULT_FILE_ENV
+from xpdist.core.outcome import RESULT_FILE_ENV, JobResult, Status
+from xpdist.core.resolved import resolve
 from xpdist.core.errors import ConfigError
 from xpdist.core.schema import register_configs
 from xpdist.driver import engines, hydra_private
@@ -45,8 +45,9 @@ class _State:
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
-def main(cfg: DictConfig) -> job.JobResult:
+def main(cfg: DictConfig) -> JobResult:
     hc = HydraConfig.get()
+    cfg = resolve(cfg)  # once: the job, the checks and the engine read this one object
     if check.enabled():  # --check: the checks and the plan, no run (driver/checks/check.py)
         return _check_only(cfg, Path(hc.runtime.cwd))
     multirun = hc.mode == RunMode.MULTIRUN
@@ -72,33 +73,33 @@ def main(cfg: DictConfig) -> job.JobResult:
             _write_result(getattr(err, "result", None))
         print(f"xpdist: interrupted by {err}; run closed as KILLED", file=sys.stderr)
         sys.exit(130)
-    if result.status == "REJECTED":
+    if result.status == Status.REJECTED:
         print(f"xpdist: error: {result.error}", file=sys.stderr)
         _remove_rejected_output(ctx)
     elif not multirun:
         job.print_summary(result, ctx.tracking_uri or _uri(cfg, ctx))
     if not result.ok:
-        _State.exit_code = 2 if result.status == "REJECTED" else 1
+        _State.exit_code = 2 if result.status == Status.REJECTED else 1
     if not multirun:
         _write_result(result)
     return result
 
 
-def _write_result(result: Optional[job.JobResult]) -> None:
+def _write_result(result: Optional[JobResult]) -> None:
     """A single run's outcome, for xpdist.run() (xpdist/api.py), where it asks for one."""
     path = os.environ.get(RESULT_FILE_ENV)
     if path and result is not None:
-        Path(path).write_text(json.dumps(dataclasses.asdict(result)))
+        Path(path).write_text(json.dumps(result.to_json()))
 
 
-def _check_only(cfg: DictConfig, launch_dir: Path) -> job.JobResult:
+def _check_only(cfg: DictConfig, launch_dir: Path) -> JobResult:
     try:
-        check.run(OmegaConf.create(job.plain_config(cfg)), launch_dir)
+        check.run(cfg, launch_dir)
     except ConfigError as err:
         print(f"xpdist: error: {err}", file=sys.stderr)
         _State.exit_code = 2
-        return job.JobResult(status="REJECTED", error=str(err))
-    return job.JobResult(status="CHECKED")
+        return JobResult(status=Status.REJECTED, error=str(err))
+    return JobResult(status=Status.CHECKED)
 
 
 def _remove_rejected_output(ctx: job.JobContext) -> None:
@@ -157,7 +158,7 @@ def cli() -> None:
         # uncaught KeyboardInterrupt during the interpreter's teardown ended the process by SIGINT).
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, signal.SIG_IGN)
-        sweep.abort("stopped before its end", "FAILED")  # Hydra stopped the sweep (a job raised)
+        sweep.abort("stopped before its end", Status.FAILED)  # Hydra stopped the sweep (a job raised)
     _exit_now(max(_State.exit_code, sweep.exit_code()) if code is None else code)
 
 

@@ -12,6 +12,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from xpdist.core.outcome import Status
 from xpdist.report import summary
 from xpdist.tracking import store
 
@@ -72,7 +73,7 @@ def add_scaling_efficiency(rows: List[Dict[str, Any]]) -> None:
     """
     baselines: Dict[Optional[str], Dict[str, Any]] = {}
     for row in sorted(rows, key=lambda r: r["start_time"]):  # the latest baseline wins
-        if row["strategy"] == BASELINE_STRATEGY and row["status"] == "FINISHED" and row["examples_per_sec"]:
+        if row["strategy"] == BASELINE_STRATEGY and row["status"] == Status.FINISHED and row["examples_per_sec"]:
             baselines[row["parent_run_id"]] = row
     for row in rows:
         base = baselines.get(row["parent_run_id"])

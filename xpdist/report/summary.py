@@ -18,6 +18,8 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from xpdist.core.outcome import Status
+
 # (row key, column header) of the table printed at the end of a sweep.
 SWEEP_COLUMNS: Tuple[Tuple[str, str], ...] = (
     ("job", "job"), ("job_overrides", "overrides"), ("status", "status"), ("replicas", "replicas"),
@@ -156,7 +158,7 @@ def plot_examples_per_sec(table_rows: Sequence[Dict[str, Any]], path: Path, titl
     labels = [r["run_name"] or r["run_id"][:8] for r in table_rows]
     values = [r["examples_per_sec"] or 0.0 for r in table_rows]
     fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(labels) + 2), 4.2))
-    bars = ax.bar(range(len(labels)), values, color=["tab:blue" if r["status"] == "FINISHED" else "tab:red"
+    bars = ax.bar(range(len(labels)), values, color=["tab:blue" if r["status"] == Status.FINISHED else "tab:red"
                                                      for r in table_rows])
     ax.bar_label(bars, labels=[_cell(r["examples_per_sec"]) if r["examples_per_sec"] else r["status"]
                                for r in table_rows], fontsize=8)

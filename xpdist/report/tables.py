@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
+from xpdist.core.outcome import Status
 from xpdist.report import summary
 from xpdist.tracking import store
 from xpdist.report.runs import BASELINE_STRATEGY
@@ -49,7 +50,7 @@ def write_markdown(rows: Sequence[Dict[str, Any]], path: Path, title: str, sourc
                      "group's option (`model=cnn`) stands for the settings that come with it.")
     if not any(r["strategy"] == BASELINE_STRATEGY and r["scaling_efficiency"] is not None for r in rows):
         parts.append("- No FINISHED one_device run here, so scaling efficiency is not computed.")
-    failed = [r for r in rows if r["status"] != "FINISHED"]
+    failed = [r for r in rows if r["status"] != Status.FINISHED]
     if failed:
         parts += ["", "## Runs that did not finish", ""]
         parts += [f"- {r['label']} ({r['status']}): {r['error'] or 'no error recorded'}" for r in failed]

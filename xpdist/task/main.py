@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.jobdir import (EXIT_DISK_FULL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_RETRYABLE, JobDir, JobSpec,
                                 TaskResult)
+from xpdist.core.outcome import Status
 from xpdist.core.plan import Plan
 from xpdist.task import boot, failure, runner
 from xpdist.task.train.common import process_started_at
@@ -103,24 +104,24 @@ def main(argv=None) -> int:
         stopped_at = runner.run(cfg, spec, job, cluster)
     except KeyboardInterrupt:
         _stop_caught()
-        write("KILLED", "interrupted")
+        write(Status.KILLED, "interrupted")
         return EXIT_INTERRUPTED
     except runner.NoRun as err:  # the driver says why in its own one line
-        write("FAILED", f"stopped before training: {err}")
+        write(Status.FAILED, f"stopped before training: {err}")
         return EXIT_FAILED
     except Exception as err:  # every failure becomes a one-line account in the run
         with contextlib.suppress(OSError):
             job.task_error.write_text("".join(traceback.format_exception(err)))
         line = failure.one_line(err, job.task_error, cluster.peers)
         may_retry = failure.retryable(err)
-        write("FAILED", line, may_retry)
+        write(Status.FAILED, line, may_retry)
         if cfg.verbose:
             traceback.print_exc()
         print(f"xpdist task: {line}", file=sys.stderr, flush=True)
         if failure.disk_full(err):
             return EXIT_DISK_FULL
         return EXIT_RETRYABLE if may_retry else EXIT_FAILED
-    write("FINISHED", stopped_at=stopped_at)
+    write(Status.FINISHED, stopped_at=stopped_at)
     return 0
 
 

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from xpdist.core.outcome import Status
 from xpdist.core.schema import TrackingConfig
 from xpdist.tracking import store
 from xpdist.tracking.heartbeat import HEARTBEAT_TAG, INTERVAL_TAG
@@ -56,13 +57,13 @@ def close_stale(uri: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> List[str]:
     experiments = [e.experiment_id for e in store.retry(mlflow_client.search_experiments)]
     if not experiments:
         return []
-    running = store.retry(mlflow_client.search_runs, experiments, filter_string="attributes.status = 'RUNNING'",
-                          max_results=10000)
+    running = store.retry(mlflow_client.search_runs, experiments,
+                          filter_string=f"attributes.status = '{Status.RUNNING}'", max_results=10000)
     now, closed = time.time(), []
     for run in running:
         reason = stale_reason(run.data.tags, timeout_s, now)
         if reason:
-            store.terminate(uri, run.info.run_id, "FAILED", reason)
+            store.terminate(uri, run.info.run_id, Status.FAILED, reason)
             closed.append(run.info.run_id)
     return closed
 

@@ -15,6 +15,8 @@ from typing import Any, Callable, Dict, Iterable, Optional, TypeVar
 
 import tenacity
 
+from xpdist.core.outcome import Status
+
 T = TypeVar("T")
 # Tag holding the one-line error of a FAILED or KILLED run.
 ERROR_TAG = "xpdist.error"
@@ -165,7 +167,7 @@ def log_params(uri: str, run_id: str, params: Dict[str, str]) -> None:
     retry(client(uri).log_batch, run_id, params=[Param(k, str(v)) for k, v in params.items()])
 
 
-def terminate(uri: str, run_id: str, status: str, error: Optional[str] = None) -> None:
+def terminate(uri: str, run_id: str, status: Status, error: Optional[str] = None) -> None:
     """Closes a run as FINISHED, FAILED or KILLED; an error message goes in ERROR_TAG."""
     mlflow_client = client(uri)
     if error:
@@ -183,7 +185,7 @@ def reopen(uri: str, run_id: str, tags_for: Callable[[Any], Dict[str, str]]) -> 
     """
     mlflow_client = client(uri)
     run = retry(mlflow_client.get_run, run_id)
-    retry(mlflow_client.update_run, run_id, status="RUNNING")
+    retry(mlflow_client.update_run, run_id, status=Status.RUNNING)
     if ERROR_TAG in run.data.tags:
         retry(mlflow_client.delete_tag, run_id, ERROR_TAG)
     set_tags(uri, run_id, tags_for(run))

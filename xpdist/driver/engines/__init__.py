@@ -1,13 +1,15 @@
 """The engine seam: how a job's task processes start, are followed, stop, and end.
 
-Each module of this package (local.py, localhost.py, tf_config.py, slurm.py) is one `cluster`
-option and holds its `ENGINE`, an `Engine` subclass. The job (driver/jobs/job.py) makes one engine
-per job and hands it to `launch`, which starts the tasks with their environment, follows them
-to the chief's outcome, stops them on Ctrl-C or SIGTERM, and leaves none behind. Preflight,
+Each public module of this package (local.py, localhost.py, tf_config.py, slurm.py, ray.py) is
+one `cluster` option and holds its `ENGINE`, an `Engine` subclass; the modules whose names start
+with "_" are what those share (_restarts.py: the restart loop of localhost and ray) or hold
+(_ray_actors.py, _ray_node.py: the Ray actors of ray.py). The job (driver/jobs/job.py) makes
+one engine per job and hands it to `launch`, which starts the tasks with their environment,
+follows them to the chief's outcome, stops them on Ctrl-C or SIGTERM, and leaves none behind. Preflight,
 `--check`, the sweep (the standby task, a scheduler's jobs) and the system metrics ask the
 engine's class or instance; none of them compares the cluster option's name.
 
-Why a package of its own beside driver/processes/: launchers/ is the process toolbox every
+Why a package of its own beside driver/processes/: processes/ is the process toolbox every
 engine shares (start a task in its own process group, stop it, follow a log, read a task's
 outcome, and localhost's multi-process Cluster); an engine is the policy that uses it. So a
 new engine is one module here, plus `conf/cluster/<name>.yaml` and its dataclass in

@@ -1,7 +1,7 @@
 """cluster=ray's tasks as the driver holds them: Ray reached, the placement group, and one
 actor per task (_ray_node.Node), started, polled, brought back and ended.
 
-This is to engines/ray.py what launchers/localhost.py's Cluster is to engines/localhost.py:
+This is to engines/ray.py what processes/localhost.py's Cluster is to engines/localhost.py:
 the tasks, while the engine is the policy (checks, restarts, Ctrl-C). Ray is imported inside
 the functions: only a job with cluster=ray imports it.
 """
@@ -12,7 +12,6 @@ import contextlib
 import hashlib
 import logging
 import math
-import os
 import shutil
 import signal
 import time
@@ -22,6 +21,7 @@ from typing import Callable, Dict, List, Optional
 from xpdist.core.clusterenv import TaskId
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir
+from xpdist.core.outcome import one_line
 from xpdist.driver.engines import _ray_node
 from xpdist.driver.processes import process
 from xpdist.driver.processes.localhost import FINISH_GRACE_S, POLL_S, TaskFailed, last_error, tf_config
@@ -59,12 +59,11 @@ class Unplaced(Exception):
 
 def connect(c, tasks: int) -> bool:
     """Connects this process to the Ray cluster of cluster.address (c); returns whether it started
-    or joined Ray itself (and so shuts it down after the job).
+    or joined Ray itself (and so shuts it down after the job). Call ray.send_token_to first.
 
     Raises:
         Unplaced: Ray could not be reached.
     """
-    send_token_to(c.address)
     import ray
 
     if ray.is_initialized():  # this process is a Ray task already (a sweep's job): its cluster
@@ -108,27 +107,6 @@ def reserve(c, tasks: int):
 def job_key(job: JobDir) -> str:
     """A short key of the job directory (a hash of its path): names the job's directories on nodes."""
     return hashlib.sha1(str(job.root.resolve()).encode()).hexdigest()[:10]
-
-
-def send_token_to(address: str) -> None:
-    """Before Ray is first imported (it reads RAY_AUTH_MODE then): Ray 2.60 turns tokens on for
-    clusters started on this machine (`ray start --head`) but reads an explicit address as a
-    remote cluster without them, so the client would send no token and the head refuse it. A
-    token found here says the user has one."""
-    if address not in ("auto", "local") and "RAY_AUTH_MODE" not in os.environ and token_here():
-        os.environ["RAY_AUTH_MODE"] = "token"
-
-
-def token_here() -> bool:
-    """Whether this machine has a Ray token where Ray looks for one (its value is never read here)."""
-    return bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
-                or (Path.home() / ".ray" / "auth_token").exists())
-
-
-def one_line(err: BaseException) -> str:
-    """An exception's type and first line (Ray's messages run to many lines)."""
-    first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
-    return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
 class RayTasks:

@@ -1,7 +1,7 @@
 """cluster=localhost: a real multi-process TensorFlow cluster on 127.0.0.1, restarted while
 cluster.max_restarts allows.
 
-The processes and their watch are launchers/localhost.py's Cluster; this module is the
+The processes and their watch are driver/processes/localhost.py's Cluster; this module is the
 engine's policy around it: its checks, the chief's log on the terminal, and when a failure
 restarts the cluster (one a restart may cure: outcome.may_retry) or ends the job.
 """
@@ -15,16 +15,15 @@ from typing import Dict, Optional
 from xpdist.core import strategies
 from xpdist.core.clusterenv import TaskId
 from xpdist.core.errors import ConfigError
-from xpdist.driver.engines import Engine
+from xpdist.driver.engines import Engine, _restarts
 from xpdist.driver.processes import follow
-from xpdist.driver.processes import process
-from xpdist.driver.processes.localhost import FAILURE_GRACE_S, Cluster, TaskFailed
-from xpdist.driver.processes.outcome import Outcome, outcome_from
+from xpdist.driver.processes.localhost import FAILURE_GRACE_S, Cluster
+from xpdist.driver.processes.outcome import Outcome
 
 
-class Localhost(Engine):
+class Localhost(_restarts.Restarting, Engine):
     name = "localhost"
-    keeps_standby = True  # every task is forked from it (launchers/localhost.py)
+    keeps_standby = True  # every task is forked from it (driver/processes/localhost.py)
 
     def __init__(self, cfg, plan, job):
         super().__init__(cfg, plan, job)
@@ -53,11 +52,6 @@ class Localhost(Engine):
                               f"Drop cluster.ps or use strategy={with_ps}.")
 
     @classmethod
-    def restarts_tasks(cls, cfg) -> bool:
-        """Only this engine starts the tasks, and again only as cluster.max_restarts allows."""
-        return cfg.cluster.max_restarts > 0
-
-    @classmethod
     def describe(cls, cfg, plan) -> str:
         needs = strategies.get(plan.strategy).needs
         ps = cfg.cluster.ps if needs.has_ps else 0
@@ -71,33 +65,17 @@ class Localhost(Engine):
         self.follower = follow.follow_chief(self.job.log_of(chief.file_name), chief.name, self.job.logs)
 
     def follow(self) -> Outcome:
-        cluster, most = self.cluster, self.cfg.cluster.max_restarts
-        restarts = 0
-        while True:
-            cluster.start()
-            try:
-                code = cluster.watch()
-            except TaskFailed as failure:
-                cluster.stop(signal.SIGKILL, grace_s=FAILURE_GRACE_S)
-                if restarts >= most or not failure.retryable or process.aborted():
-                    return Outcome("FAILED", str(failure), restarts)
-                restarts += 1
-                self._note(f"{failure}; restarting the cluster ({restarts}/{most})")
-                continue
+        cluster = self.cluster
+
+        def ended(code: Optional[int]) -> None:
             if code == 0:
                 cluster.wait_others()
-            else:  # the others may be stuck in a collective with the dead chief
+            else:  # a task died, or the chief failed: the others may be stuck in a collective with it
                 cluster.stop(signal.SIGKILL, grace_s=FAILURE_GRACE_S)
-            outcome = outcome_from(self.job, code)
-            if (outcome.status == "FAILED" and restarts < most and code != 0
-                    and outcome.retryable and not process.aborted()):
-                restarts += 1
-                self._note(f"{cluster.chief.name} failed: {outcome.error}; restarting the cluster ({restarts}/{most})")
-                continue
-            if outcome.status == "FAILED" and outcome.error:
-                outcome.error = f"{cluster.chief.name} failed: {outcome.error}"
-            outcome.restarts = restarts
-            return outcome
+
+        return _restarts.follow(self.job, cluster.chief.name, self.cfg.cluster.max_restarts, "the cluster",
+                                start=lambda attempt: cluster.start(), watch=cluster.watch, ended=ended,
+                                restart=self._note)
 
     def stop(self, first: int = signal.SIGTERM) -> None:
         if self.cluster is not None:

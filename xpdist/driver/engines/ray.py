@@ -35,12 +35,12 @@ from typing import Dict, Optional
 from xpdist.core import strategies
 from xpdist.core.clusterenv import TaskId
 from xpdist.core.errors import ConfigError
-from xpdist.driver.engines import Engine, _ray_actors, _ray_node
+from xpdist.core.outcome import Status
+from xpdist.driver.engines import Engine, _ray_actors, _ray_node, _restarts
 from xpdist.driver.engines.localhost import Localhost
 from xpdist.driver.processes import follow
 from xpdist.driver.processes import process
-from xpdist.driver.processes.localhost import TaskFailed
-from xpdist.driver.processes.outcome import Outcome, outcome_from
+from xpdist.driver.processes.outcome import Outcome
 
 # Variables of the driver's environment that reach the tasks besides the job's own: settings
 # of xpdist, TensorFlow and Keras. The rest (PATH, HOME, ...) is the node's.
@@ -52,6 +52,21 @@ KEPT_HERE = re.compile(r"^(TF_CONFIG$|MLFLOW_)")
 SWEEP_LAUNCHER = "hydra_plugins.xpdist_ray.ray_launcher.RayLauncher"
 # `ray start --head` records its address here (Ray's default temp dir), where address=auto looks.
 RAY_CURRENT_CLUSTER = Path("/tmp/ray/ray_current_cluster")
+
+
+def send_token_to(address: str) -> None:
+    """Before Ray is first imported (it reads RAY_AUTH_MODE then): Ray 2.60 turns tokens on for
+    clusters started on this machine (`ray start --head`) but reads an explicit address as a
+    remote cluster without them, so the client would send no token and the head refuse it. A
+    token found here says the user has one."""
+    if address not in ("auto", "local") and "RAY_AUTH_MODE" not in os.environ and token_here():
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def token_here() -> bool:
+    """Whether this machine has a Ray token where Ray looks for one (its value is never read here)."""
+    return bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+                or (Path.home() / ".ray" / "auth_token").exists())
 
 
 def check_address(key: str, address) -> None:
@@ -69,7 +84,7 @@ def check_address(key: str, address) -> None:
                           f"Start one with `ray start --head`, or use {key}=local.")
 
 
-class Ray(Engine):
+class Ray(_restarts.Restarting, Engine):
     name = "ray"
 
     def __init__(self, cfg, plan, job):
@@ -103,11 +118,6 @@ class Ray(Engine):
                               "Use e.g. cluster.resources={accelerator_a: 1}.")
 
     @classmethod
-    def restarts_tasks(cls, cfg) -> bool:
-        """Its actors are not restarted by Ray; this engine restarts them as cluster.max_restarts allows."""
-        return cfg.cluster.max_restarts > 0
-
-    @classmethod
     def describe(cls, cfg, plan) -> str:
         needs = strategies.get(plan.strategy).needs
         ps = f" and {cfg.cluster.ps} parameter server(s)" if needs.has_ps else ""
@@ -131,39 +141,28 @@ class Ray(Engine):
         self.follower = follow.follow_chief(self.job.log_of(self.chief.file_name), self.chief.name, self.job.logs)
 
     def follow(self) -> Outcome:
+        send_token_to(self.cfg.cluster.address)
         try:
             self.owns_ray = _ray_actors.connect(self.cfg.cluster, len(self.task_ids))
             self.pg = _ray_actors.reserve(self.cfg.cluster, len(self.task_ids))
         except _ray_actors.Unplaced as err:
-            return Outcome("FAILED", str(err))
+            return Outcome(Status.FAILED, str(err))
         tasks = self.tasks = _ray_actors.RayTasks(self.cfg, self.job, self.task_ids, self.chief, self.needs,
                                                   self.pg, self.env)
-        most, restarts = self.cfg.cluster.max_restarts, 0
-        while True:
-            try:
-                tasks.start(restarts + 1)
-                code = tasks.watch()
-            except TaskFailed as failure:
-                if restarts >= most or not failure.retryable or process.aborted():
-                    tasks.bring_back(_ray_node.OUTPUTS)  # the chief's checkpoints, if it answers: a resume needs them
-                    return Outcome("FAILED", str(failure), restarts)
-                restarts += 1
-                self._restart(f"{failure}; restarting every task ({restarts}/{most})")
-                continue
+
+        def ended(code: Optional[int]) -> None:
+            if code is None:  # a task died: its restart brings back what it needs (_restart)
+                return
             if code == 0:
                 tasks.wait_others()
-            tasks.bring_back(_ray_node.OUTPUTS)
-            outcome = outcome_from(self.job, code)
-            if (outcome.status == "FAILED" and restarts < most and code != 0
-                    and outcome.retryable and not process.aborted()):
-                restarts += 1
-                self._restart(f"{self.chief.name} failed: {outcome.error}; restarting every task ({restarts}/{most})")
-                continue
-            if outcome.status == "FAILED" and outcome.error:
-                outcome.error = f"{self.chief.name} failed: {outcome.error}"
-            outcome.restarts = restarts
-            tasks.end()
-            return outcome
+            tasks.bring_back(_ray_node.OUTPUTS)  # the chief's result, read next, and its model
+
+        outcome = _restarts.follow(self.job, self.chief.name, self.cfg.cluster.max_restarts, "every task",
+                                   start=tasks.start, watch=tasks.watch, ended=ended, restart=self._restart,
+                                   # the chief's checkpoints, if it answers: a resume needs them
+                                   gave_up=lambda: tasks.bring_back(_ray_node.OUTPUTS))
+        tasks.end()
+        return outcome
 
     def stop(self, first: int = signal.SIGTERM) -> None:
         """Signals every task (SIGINT lets the chief save), waits up to process.GRACE_S for them to end."""

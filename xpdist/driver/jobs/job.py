@@ -13,17 +13,19 @@ import contextlib
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from xpdist.core import data_sources
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir, JobSpec, RunReady, TaskResult
+from xpdist.core.outcome import JobResult, Status, one_line
 from xpdist.core.plan import RESOLVED_BY_TASK, Plan, resolved_at_run_time
+from xpdist.core.resolved import as_data
 from xpdist.core.taskenv import LAUNCHED_AT_ENV
 from xpdist.driver import engines
 from xpdist.driver.checks import preflight
@@ -34,27 +36,6 @@ from xpdist.tracking import heartbeat, reap, store
 from xpdist.tracking.params import rejected_params, run_params
 from xpdist.tracking.relay import MetricRelay
 from xpdist.tracking.sysmetrics import SystemMetrics
-
-
-@dataclass
-class JobResult:
-    """What one job ended with; the sweep summary is built from these."""
-
-    status: str  # FINISHED, FAILED, KILLED, or REJECTED (bad input, no MLflow run)
-    overrides: List[str] = field(default_factory=list)
-    run_id: Optional[str] = None
-    run_name: Optional[str] = None
-    error: Optional[str] = None
-    num_replicas: Optional[int] = None
-    global_batch_size: Optional[int] = None
-    metrics: Dict[str, float] = field(default_factory=dict)
-    wall_time_s: float = 0.0
-    # A task that is not the chief (cluster=tf_config or slurm): its name, e.g. worker:1.
-    task_name: Optional[str] = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "FINISHED"
 
 
 @dataclass
@@ -73,11 +54,6 @@ class JobContext:
     watch_trial: Optional[Callable[[JobDir], Any]] = None
 
 
-def plain_config(cfg: DictConfig) -> Dict[str, Any]:
-    """The resolved config as plain data (enums as names), without the hydra node."""
-    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-
-
 def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
     """Runs one experiment end to end; never raises for a failed training.
 
@@ -87,31 +63,33 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
     (_close; or _close_interrupted, _close_failed). A task of a cluster that is not the chief
     runs its part and records nothing (_run_member).
 
+    Args:
+        cfg: the job's config, resolved (core.resolved.resolve): the one object every step reads.
+        ctx: where the job runs and records.
+
     Raises:
         process.Interrupted: after closing the run as KILLED.
     """
     started, job_started_at = time.monotonic(), time.time()
     process.abort_tasks(False)
-    config = plain_config(cfg)
-    plain = OmegaConf.create(config)
-    result = JobResult(status="REJECTED", overrides=ctx.overrides)
-    uri = ctx.tracking_uri or store.resolve_uri(plain.tracking.uri, ctx.launch_dir)
+    result = JobResult(status=Status.REJECTED, overrides=ctx.overrides)
+    uri = ctx.tracking_uri or store.resolve_uri(cfg.tracking.uri, ctx.launch_dir)
     job = JobDir(ctx.job_dir)
     try:
-        prepared = _prepare(config, plain, ctx, uri, job)
+        prepared = _prepare(cfg, ctx, uri, job)
     except ConfigError as err:
-        return _rejected(result, config, ctx, uri, err)
+        return _rejected(result, cfg, ctx, uri, err)
     plan = prepared.plan
     result.run_name = plan.run_name if ctx.job_num is None else f"{ctx.job_num}-{plan.run_name}"
     result.num_replicas, result.global_batch_size = plan.num_replicas, plan.global_batch_size
     if not prepared.cluster_env.is_chief:
-        return _run_member(plain, plan, job, prepared.cluster_env, result, started)
+        return _run_member(cfg, plan, job, prepared.cluster_env, result, started)
 
     # The task starts now and imports TensorFlow while this process creates the MLflow run;
     # it waits for the run before its first training step (JobDir.run_ready).
-    engine = engines.for_job(plain, plan, job)
-    recorder = _Recorder(uri, job, _run_creator(config, plain, ctx, uri, job, prepared, result.run_name),
-                         plain.tracking, relay_from_end=bool(prepared.reopened), task_pids=engine.task_pids)
+    engine = engines.for_job(cfg, plan, job)
+    recorder = _Recorder(uri, job, _run_creator(cfg, ctx, uri, job, prepared, result.run_name),
+                         cfg.tracking, relay_from_end=bool(prepared.reopened), task_pids=engine.task_pids)
     recorder.start()
     # A trial of an Optuna study (hydra/sweeper=optuna): its epochs are reported, a pruner may stop it.
     trial = ctx.watch_trial(job) if ctx.watch_trial else None
@@ -120,13 +98,13 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
         if ctx.job_num is not None:  # a standby task started before this job counts from the job's start
             env[LAUNCHED_AT_ENV] = repr(job_started_at)
         outcome = engines.launch(engine, env)
-        if not _record(result, recorder, outcome, trial, uri, job, plan, plain.tracking):
+        if not _record(result, recorder, outcome, trial, plan):
             return result  # the run could not be created: nothing was trained
     except process.Interrupted as err:
-        _close_interrupted(result, recorder, uri, job, plan, err, started)
+        _close_interrupted(result, recorder, plan, err, started)
         raise
     except Exception as err:  # a launcher bug must not leave the run RUNNING
-        _close_failed(result, recorder, uri, err)
+        _close_failed(result, recorder, err)
         raise
     _close(result, uri, started)
     return result
@@ -143,53 +121,53 @@ class _Prepared:
     reopened: Optional[str] = None  # the run id of a requeued SLURM job's run
 
 
-def _prepare(config: Dict[str, Any], plain, ctx: JobContext, uri: str, job: JobDir) -> _Prepared:
+def _prepare(cfg: DictConfig, ctx: JobContext, uri: str, job: JobDir) -> _Prepared:
     """Checks the config, finds the run it continues, and writes the job directory.
 
     Raises:
         ConfigError: the config cannot run; nothing is written to the store.
     """
-    plan = preflight.check(plain, ctx.launch_dir)
+    plan = preflight.check(cfg, ctx.launch_dir)
     preflight.check_tracking_uri(uri)
-    prepared = _Prepared(plan, ClusterEnv.from_environ(plain.cluster.name))
-    if plain.tracking.resume:
-        prepared.resumed = resume.prepare(uri, plain.tracking.resume, _creation_params(config, plan), job)
+    prepared = _Prepared(plan, ClusterEnv.from_environ(cfg.cluster.name))
+    if cfg.tracking.resume:
+        prepared.resumed = resume.prepare(uri, cfg.tracking.resume, _creation_params(as_data(cfg), plan), job)
     elif prepared.cluster_env.is_chief and not ctx.parent_run_id:
         # A SLURM job that SLURM requeued continues its run; its task resumes from the job dir.
-        prepared.reopened = requeue.find_run(uri, plain.tracking.experiment)
+        prepared.reopened = requeue.find_run(uri, cfg.tracking.experiment)
     logged = prepared.resumed.logged_epochs if prepared.resumed else []
-    write_job_files(job, JobSpec(config, plan, uri, str(ctx.launch_dir), list(ctx.overrides), logged,
-                                 restartable=engines.of(plain).restarts_tasks(plain)),
+    write_job_files(job, JobSpec(as_data(cfg), plan, uri, str(ctx.launch_dir), list(ctx.overrides), logged,
+                                 restartable=engines.of(cfg).restarts_tasks(cfg)),
                     keep_metrics=bool(prepared.reopened))
     return prepared
 
 
-def _rejected(result: JobResult, config: Dict[str, Any], ctx: JobContext, uri: str, err: ConfigError) -> JobResult:
+def _rejected(result: JobResult, cfg: DictConfig, ctx: JobContext, uri: str, err: ConfigError) -> JobResult:
     """A config that cannot run: REJECTED, or in a sweep a FAILED child run saying why."""
     result.error = str(err)
     if ctx.parent_run_id:
-        result.run_id = _record_rejected(config, ctx, uri, str(err))
-        result.status = "FAILED"
+        result.run_id = _record_rejected(cfg, ctx, uri, str(err))
+        result.status = Status.FAILED
     return result
 
 
-def _run_creator(config: Dict[str, Any], plain, ctx: JobContext, uri: str, job: JobDir, prepared: _Prepared,
+def _run_creator(cfg: DictConfig, ctx: JobContext, uri: str, job: JobDir, prepared: _Prepared,
                  run_name: str) -> Callable[[], str]:
     """The function the _Recorder thread calls to open the job's MLflow run: a new run with
     its params, tags and inputs, or the run it continues, reopened. Inputs are described here,
     before the thread starts."""
     plan = prepared.plan
-    tags = {**_tags(plan, ctx), **heartbeat.initial_tags(plain.tracking.heartbeat_s),
+    tags = {**_tags(plan, ctx), **heartbeat.initial_tags(cfg.tracking.heartbeat_s),
             "xpdist.job_dir": str(job.root.resolve())}
-    inputs = data_sources.describe(plain, plan, ctx.launch_dir)
+    inputs = data_sources.describe(cfg, plan, ctx.launch_dir)
 
     def create() -> str:
-        reap.announce(reap.close_stale(uri, plain.tracking.heartbeat_timeout_s))
+        reap.announce(reap.close_stale(uri, cfg.tracking.heartbeat_timeout_s))
         if prepared.resumed:
             return resume.reopen(uri, prepared.resumed, tags)
         if prepared.reopened:
             return requeue.reopen(uri, prepared.reopened)
-        run_id = store.create_run(uri, plain.tracking.experiment, run_name, _creation_params(config, plan),
+        run_id = store.create_run(uri, cfg.tracking.experiment, run_name, _creation_params(as_data(cfg), plan),
                                   tags, ctx.parent_run_id)
         store.log_inputs(uri, run_id, inputs)
         return run_id
@@ -197,15 +175,15 @@ def _run_creator(config: Dict[str, Any], plain, ctx: JobContext, uri: str, job: 
     return create
 
 
-def _record(result: JobResult, recorder: "_Recorder", outcome, trial, uri: str, job: JobDir, plan: Plan,
-            tracking) -> bool:
+def _record(result: JobResult, recorder: "_Recorder", outcome, trial, plan: Plan) -> bool:
     """Records the tasks' outcome in the run: status, metrics, what the task resolved, restarts,
     an early stop, the model and checkpoints. False when the run could not be created (the
     result then says why, REJECTED: nothing was trained)."""
+    uri, job = recorder.uri, recorder.job
     try:
         result.run_id = recorder.finish()
     except Exception as err:  # nothing was trained: one line, like a bad config
-        result.status = "REJECTED"
+        result.status = Status.REJECTED
         result.error = str(ConfigError("tracking.uri", uri, f"the MLflow run could not be created "
                                        f"({one_line(err)}); nothing was trained",
                                        "Check that the store is writable and its server healthy."))
@@ -218,7 +196,7 @@ def _record(result: JobResult, recorder: "_Recorder", outcome, trial, uri: str, 
     if outcome.restarts:
         store.set_tags(uri, result.run_id, {"xpdist.restarts": str(outcome.restarts)})
     _tag_stopped_early(uri, result.run_id, job)
-    _log_outputs(uri, result.run_id, job, tracking, result.ok)
+    _log_outputs(uri, result.run_id, job, recorder.tracking, result.ok)
     return True
 
 
@@ -231,36 +209,31 @@ def _close(result: JobResult, uri: str, started: float) -> None:
         store.terminate(uri, result.run_id, result.status, result.error)
 
 
-def _close_interrupted(result: JobResult, recorder: "_Recorder", uri: str, job: JobDir, plan: Plan,
-                       err: process.Interrupted, started: float) -> None:
+def _close_interrupted(result: JobResult, recorder: "_Recorder", plan: Plan, err: process.Interrupted,
+                       started: float) -> None:
     """Ctrl-C or SIGTERM: the run, if it was created, ends KILLED with what the tasks left
     (outputs, checkpoints); a second Ctrl-C must not leave it RUNNING. The result goes on
     the exception, for a sweep whose jobs a scheduler runs to report and go on."""
+    uri, job = recorder.uri, recorder.job
     with process.signals_deferred():
-        result.status, result.error = "KILLED", f"interrupted by {err}"
+        result.status, result.error = Status.KILLED, f"interrupted by {err}"
         if recorder.finish_quietly():
             result.run_id = recorder.run_id
             _log_outputs_quietly(uri, result.run_id, job)
             with contextlib.suppress(Exception):
                 _log_resolved(uri, result.run_id, job, plan, result)
             heartbeat.let_go(result.run_id)
-            store.terminate(uri, result.run_id, "KILLED", result.error)
+            store.terminate(uri, result.run_id, Status.KILLED, result.error)
     result.wall_time_s = time.monotonic() - started
     err.result = result
 
 
-def _close_failed(result: JobResult, recorder: "_Recorder", uri: str, err: Exception) -> None:
+def _close_failed(result: JobResult, recorder: "_Recorder", err: Exception) -> None:
     """An error of xpdist's own while following the tasks: the run ends FAILED, not RUNNING."""
-    result.status, result.error = "FAILED", f"{type(err).__name__}: {err}"
+    result.status, result.error = Status.FAILED, f"{type(err).__name__}: {err}"
     if recorder.finish_quietly():
         heartbeat.let_go(recorder.run_id)
-        store.terminate(uri, recorder.run_id, "FAILED", result.error)
-
-
-def one_line(err: BaseException) -> str:
-    """The first non-empty line of an exception, after its type."""
-    first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
-    return f"{type(err).__name__}: {first}" if first else type(err).__name__
+        store.terminate(recorder.uri, recorder.run_id, Status.FAILED, result.error)
 
 
 def write_job_files(job: JobDir, spec: JobSpec, keep_metrics: bool = False) -> None:
@@ -287,7 +260,9 @@ class _Recorder(threading.Thread):
     def __init__(self, uri: str, job: JobDir, create: Callable[[], str], tracking, relay_from_end: bool = False,
                  task_pids: Callable[[], Dict[str, int]] = dict):
         super().__init__(name="xpdist-recorder", daemon=True)
-        self._uri, self._job, self._create, self._tracking = uri, job, create, tracking
+        # Where the run is recorded, for the job's steps that record in it after the tasks end.
+        self.uri, self.job, self.tracking = uri, job, tracking
+        self._create = create
         self._task_pids = task_pids  # the engine's, for each task's system metrics
         self._heartbeat_s = tracking.heartbeat_s
         self._relay_from_end = relay_from_end  # the lines there were relayed by an earlier start
@@ -299,20 +274,20 @@ class _Recorder(threading.Thread):
     def run(self) -> None:
         try:
             self.run_id = self._create()
-            heartbeat.keep_alive(self._uri, self.run_id, self._heartbeat_s)
-            store.log_artifacts(self._uri, self.run_id, [self._job.config, self._job.overrides])
-            self.relay = MetricRelay(self._uri, self.run_id, self._job.metrics, from_end=self._relay_from_end)
+            heartbeat.keep_alive(self.uri, self.run_id, self._heartbeat_s)
+            store.log_artifacts(self.uri, self.run_id, [self.job.config, self.job.overrides])
+            self.relay = MetricRelay(self.uri, self.run_id, self.job.metrics, from_end=self._relay_from_end)
             self.relay.start()
-            if self._tracking is not None and self._tracking.system_metrics:
-                self.system = SystemMetrics(self._uri, self.run_id, self._task_pids,
-                                            self._tracking.system_metrics_interval_s)
+            if self.tracking is not None and self.tracking.system_metrics:
+                self.system = SystemMetrics(self.uri, self.run_id, self._task_pids,
+                                            self.tracking.system_metrics_interval_s)
                 self.system.start()
         except BaseException as err:  # re-raised in the main thread by finish()
             self.error = err
             self._abandon(err)
             return
         try:
-            RunReady(run_id=self.run_id).write(self._job)
+            RunReady(run_id=self.run_id).write(self.job)
         except OSError as err:
             self.error = err
             self._abandon(err)
@@ -322,9 +297,9 @@ class _Recorder(threading.Thread):
         if self.run_id:
             heartbeat.let_go(self.run_id)
             with contextlib.suppress(Exception):
-                store.terminate(self._uri, self.run_id, "FAILED", f"the run could not be set up: {one_line(err)}")
+                store.terminate(self.uri, self.run_id, Status.FAILED, f"the run could not be set up: {one_line(err)}")
         with contextlib.suppress(OSError):  # a task started later reads it and stops
-            RunReady(error=one_line(err)).write(self._job)
+            RunReady(error=one_line(err)).write(self.job)
         process.abort_tasks()  # no need to wait for TensorFlow's import to stop them
 
     def finish(self) -> str:
@@ -352,7 +327,8 @@ class _Recorder(threading.Thread):
 
 
 def _creation_params(config: Dict[str, Any], plan: Plan) -> Dict[str, str]:
-    """The params a run is created with; those TensorFlow decides (strategy=tpu) come later."""
+    """The params a run is created with, from the config as plain data (as_data); those
+    TensorFlow decides (strategy=tpu) come later."""
     params = run_params(config, plan)
     if resolved_at_run_time(plan):
         for key in RESOLVED_BY_TASK:
@@ -404,13 +380,13 @@ def _log_outputs_quietly(uri: str, run_id: str, job: JobDir) -> None:
         _log_outputs(uri, run_id, job, None, finished=False)
 
 
-def _run_member(plain, plan: Plan, job: JobDir, cluster_env: ClusterEnv, result: JobResult,
+def _run_member(cfg: DictConfig, plan: Plan, job: JobDir, cluster_env: ClusterEnv, result: JobResult,
                 started: float) -> JobResult:
     """A task that is not the chief (cluster=tf_config or slurm): it runs its part of the
     training in place and creates no MLflow run; the chief's driver records the one run."""
     result.run_id = None
     result.task_name = cluster_env.task_name
-    outcome = engines.launch(engines.for_job(plain, plan, job), process.task_env({"PYTHONUNBUFFERED": "1"}))
+    outcome = engines.launch(engines.for_job(cfg, plan, job), process.task_env({"PYTHONUNBUFFERED": "1"}))
     result.status, result.error = outcome.status, outcome.error
     result.wall_time_s = time.monotonic() - started
     return result
@@ -429,13 +405,13 @@ def _tags(plan: Plan, ctx: JobContext) -> Dict[str, str]:
     return tags
 
 
-def _record_rejected(config: Dict[str, Any], ctx: JobContext, uri: str, error: str) -> Optional[str]:
-    params = rejected_params(config)
+def _record_rejected(cfg: DictConfig, ctx: JobContext, uri: str, error: str) -> Optional[str]:
+    params = rejected_params(as_data(cfg))
     name = f"{ctx.job_num}-rejected" if ctx.job_num is not None else "rejected"
-    run_id = store.create_run(uri, config["tracking"]["experiment"], name, params,
+    run_id = store.create_run(uri, cfg.tracking.experiment, name, params,
                               {"xpdist.overrides": " ".join(ctx.overrides) or "(none)",
                                "xpdist.job": str(ctx.job_num)}, ctx.parent_run_id)
-    store.terminate(uri, run_id, "FAILED", error)
+    store.terminate(uri, run_id, Status.FAILED, error)
     return run_id
 
 

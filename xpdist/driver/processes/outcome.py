@@ -1,4 +1,4 @@
-"""How a job's task processes ended, as the launchers report it to the job."""
+"""How a job's task processes ended, as the engines report it to the job."""
 
 from __future__ import annotations
 
@@ -7,13 +7,16 @@ from dataclasses import dataclass
 from typing import Optional
 
 from xpdist.core.jobdir import EXIT_DISK_FULL, EXIT_RETRYABLE, JobDir, TaskResult
+from xpdist.core.outcome import Status
 
 
 @dataclass
 class Outcome:
-    status: str  # FINISHED, FAILED or KILLED
+    """How the tasks ended, as an engine's follow() returns it; the job makes its JobResult of it."""
+
+    status: Status  # FINISHED, FAILED or KILLED
     error: Optional[str] = None
-    # cluster=localhost: times the cluster was restarted after a task died.
+    # cluster=localhost and ray: times every task was started again after one died.
     restarts: int = 0
     # A restart may cure the failure (see may_retry).
     retryable: bool = False
@@ -41,12 +44,15 @@ def outcome_from(job: JobDir, code: int, chief: bool = True) -> Outcome:
     A task that is not the chief writes no result: its exit code is its outcome.
     """
     if not chief:
-        return Outcome("FINISHED") if code == 0 else Outcome("FAILED", describe_exit(code, job), 0, may_retry(code))
+        if code == 0:
+            return Outcome(Status.FINISHED)
+        return Outcome(Status.FAILED, describe_exit(code, job), 0, may_retry(code))
     result = TaskResult.read(job)
-    if code == 0 and result is not None and result.status == "FINISHED":
-        return Outcome("FINISHED")
+    if code == 0 and result is not None and result.status == Status.FINISHED:
+        return Outcome(Status.FINISHED)
     if code == EXIT_DISK_FULL:  # its result.json may be the one that did not fit
-        return Outcome("FAILED", describe_exit(code, job))
-    if result is None or result.status == "FINISHED":
-        return Outcome("FAILED", describe_exit(code, job), 0, may_retry(code))
-    return Outcome(result.status, result.error or describe_exit(code, job), 0, bool(result.retryable) or code < 0)
+        return Outcome(Status.FAILED, describe_exit(code, job))
+    if result is None or result.status == Status.FINISHED:
+        return Outcome(Status.FAILED, describe_exit(code, job), 0, may_retry(code))
+    return Outcome(Status(result.status), result.error or describe_exit(code, job), 0,
+                   bool(result.retryable) or code < 0)

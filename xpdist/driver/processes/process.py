@@ -131,11 +131,6 @@ def _kill_groups(procs: Sequence[subprocess.Popen]) -> None:
         proc.wait()
 
 
-def run_one(cmd: Sequence[str], env: Dict[str, str]) -> int:
-    """Runs one task to its end; on Interrupted stops it (SIGINT first) and re-raises."""
-    return wait(start(cmd, env))
-
-
 def exit_code(proc: subprocess.Popen) -> int:
     """proc.wait(), in waits that return to Python every few milliseconds (Popen's own loop with
     a timeout), so that a signal Python alone sees is handled while the task runs: Ray cancels a
@@ -146,19 +141,6 @@ def exit_code(proc: subprocess.Popen) -> int:
             return proc.wait(timeout=3600)
         except subprocess.TimeoutExpired:
             continue
-
-
-def wait(proc: subprocess.Popen) -> int:
-    """Waits for a started task; on Interrupted stops it (SIGINT first) and re-raises."""
-    try:
-        with signals_raise():
-            return exit_code(proc)
-    except Interrupted:
-        stop([proc], first=signal.SIGINT)
-        raise
-    finally:
-        if proc.poll() is None:
-            stop([proc])
 
 
 def task_env(overrides: Dict[str, str]) -> Dict[str, str]:

@@ -60,7 +60,7 @@ def adopting() -> Iterator[None]:
 
 class Adopted:
     """A child of this process that it did not start with subprocess (a task the standby forked,
-    handed over by adopting()): the part of subprocess.Popen's interface the launchers use
+    handed over by adopting()): the part of subprocess.Popen's interface the engines use
     (pid, returncode, poll, wait), which Popen offers only for processes it started itself."""
 
     def __init__(self, pid: int, args: Sequence[str]):

@@ -41,11 +41,12 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
 from omegaconf import DictConfig, open_dict
 
 from xpdist.core.errors import ConfigError
+from xpdist.core.outcome import JobResult, Status
 from xpdist.driver.jobs import job
 from xpdist.driver.processes import standby
 from xpdist.driver.processes import process
@@ -165,7 +166,8 @@ def _lost(r: _Running):
 
     code = r.proc.exitcode
     how = f"by {signal.Signals(-code).name}" if code is not None and code < 0 else f"with exit code {code}"
-    result = job.JobResult("FAILED", r.overrides, error=f"its process ended {how} before the job's end")
+    result = JobResult(status=Status.FAILED, overrides=r.overrides,
+                       error=f"its process ended {how} before the job's end")
     print(f"xpdist: job {' '.join(r.overrides)}: {result.error}", file=sys.stderr, flush=True)
     return JobReturn(overrides=r.overrides, status=JobStatus.COMPLETED, _return_value=result)
 

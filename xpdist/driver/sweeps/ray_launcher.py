@@ -37,10 +37,10 @@ from typing import Any, Dict, List, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from xpdist.core.errors import ConfigError
+from xpdist.core.outcome import JobResult, Status, one_line
 from xpdist.driver import engines
 from xpdist.driver.jobs import job
 from xpdist.driver.engines import ray as ray_engine
-from xpdist.driver.engines._ray_actors import one_line, send_token_to
 from xpdist.driver.processes import process
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,8 @@ def _returned(ref, overrides: Sequence[str]):
     try:
         return ray.get(ref)
     except ray.exceptions.RayError as err:
-        result = job.JobResult("FAILED", list(overrides), error=f"its Ray task was lost: {one_line(err)}")
+        result = JobResult(status=Status.FAILED, overrides=list(overrides),
+                           error=f"its Ray task was lost: {one_line(err)}")
         print(f"xpdist: job {' '.join(overrides)}: {result.error}", file=sys.stderr, flush=True)
         return JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=result)
 
@@ -152,7 +153,7 @@ def job_options(remote: Dict[str, Any], job_cfg: DictConfig, env: Dict[str, str]
 def _connect(init: Dict[str, Any]) -> None:
     """This process joins the cluster of init's address (or starts a private one), once a sweep."""
     address = init.get("address", "auto")
-    send_token_to(address)
+    ray_engine.send_token_to(address)
     import ray
 
     if ray.is_initialized():  # Optuna launches a batch at a time: the cluster joined for the first

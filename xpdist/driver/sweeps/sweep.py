@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from xpdist.core.outcome import RESULT_FILE_ENV
+from xpdist.core.outcome import RESULT_FILE_ENV, Status
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import SWEEP_FILE
 from xpdist.driver import engines, hydra_private
@@ -65,14 +65,14 @@ def join(ctx, hc) -> None:
         ctx.tracking_uri = info["tracking_uri"]
 
 
-def _close_open_runs(info: Dict[str, Any], why: str, status: str = "KILLED") -> None:
+def _close_open_runs(info: Dict[str, Any], why: str, status: str = Status.KILLED) -> None:
     """Closes the parent and every child still RUNNING with `status`."""
     uri, parent_id = info["tracking_uri"], info["parent_run_id"]
     for run in _children(uri, parent_id):
-        if run.info.status == "RUNNING":
+        if run.info.status == Status.RUNNING:
             store.terminate(uri, run.info.run_id, status, why)
     heartbeat.let_go(parent_id)
-    if store.retry(store.client(uri).get_run, parent_id).info.status == "RUNNING":
+    if store.retry(store.client(uri).get_run, parent_id).info.status == Status.RUNNING:
         store.terminate(uri, parent_id, status, why)
 
 
@@ -90,7 +90,7 @@ def interrupted(ctx, why: str) -> None:
         _State.open_sweep = None
 
 
-def abort(why: str, status: str = "KILLED") -> None:
+def abort(why: str, status: str = Status.KILLED) -> None:
     """The sweep driver stopped outside a job (interrupted between jobs, or a job raised)."""
     if _State.open_sweep:
         _State.failed_jobs = max(_State.failed_jobs, 1)
@@ -210,20 +210,20 @@ class SweepCallback(Callback):
             return
         uri, parent_id = info["tracking_uri"], info["parent_run_id"]
         for run in _children(uri, parent_id):  # a job process killed by its launcher left it open
-            if run.info.status == "RUNNING":
-                store.terminate(uri, run.info.run_id, "FAILED", "the job ended without closing its run")
+            if run.info.status == Status.RUNNING:
+                store.terminate(uri, run.info.run_id, Status.FAILED, "the job ended without closing its run")
         children = _children(uri, parent_id)
         rows = summary.rows(children)
-        failed = [r for r in rows if r["status"] != "FINISHED"]
+        failed = [r for r in rows if r["status"] != Status.FINISHED]
         _State.failed_jobs = len(failed) if rows else 1
         report(rows, uri, parent_id, sweep_dir)
         error = None
         if failed or not rows:
             error = f"{len(failed)} of {len(rows)} jobs failed" if rows else "no job recorded a run"
         heartbeat.let_go(parent_id)
-        store.terminate(uri, parent_id, "FAILED" if error else "FINISHED", error)
+        store.terminate(uri, parent_id, Status.FAILED if error else Status.FINISHED, error)
         _State.open_sweep = None
-        _write_outcome(parent_id, "FAILED" if error else "FINISHED", error, rows, children)
+        _write_outcome(parent_id, Status.FAILED if error else Status.FINISHED, error, rows, children)
 
 
 def _write_outcome(parent_id: str, status: str, error: Optional[str], rows: List[Dict[str, Any]],
@@ -250,7 +250,7 @@ def report(rows: List[Dict[str, Any]], uri: str, parent_id: str, sweep_dir: Path
     title = f"sweep {sweep_dir.name}: {len(rows)} jobs"
     paths = summary.write_all(rows, sweep_dir / SUMMARY_DIR, title)
     store.log_artifacts(uri, parent_id, paths, SUMMARY_DIR)
-    failed = [r for r in rows if r["status"] != "FINISHED"]
+    failed = [r for r in rows if r["status"] != Status.FINISHED]
     lines = ["", f"xpdist: {title}, {len(rows) - len(failed)} finished, {len(failed)} failed",
              summary.format_text(rows)]
     lines += [f"  job {r['job']} {r['status']}: {_short(r['error'] or 'no error recorded')}" for r in failed]

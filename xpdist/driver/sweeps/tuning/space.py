@@ -37,7 +37,7 @@ class SearchSpace:
 
     def overrides(self, params: Dict[str, Any]) -> List[str]:
         """One trial's overrides: the sampled values, then the fixed ones."""
-        return [f"{key}={_literal(value)}" for key, value in params.items()] + list(self.fixed)
+        return [f"{key}={literal(value)}" for key, value in params.items()] + list(self.fixed)
 
     def as_params(self) -> Dict[str, str]:
         """The search space as MLflow params of the study's parent run."""
@@ -65,7 +65,7 @@ class SearchSpace:
         return values
 
 
-def _literal(value: Any) -> str:
+def literal(value: Any) -> str:
     """A sampled value as override text Hydra reads back as the same value."""
     if isinstance(value, float):
         return repr(value)
@@ -185,8 +185,8 @@ def check_against_config(space: SearchSpace, compose) -> None:
         values = list(dist.choices) if isinstance(dist, CategoricalDistribution) else [dist.low, dist.high]
         for value in values:
             try:
-                compose(space.fixed + [f"{key}={_literal(value)}"])
+                compose(space.fixed + [f"{key}={literal(value)}"])
             except (HydraException, OmegaConfBaseException, ValueError) as err:
                 cause = err.__cause__ or err
-                raise ConfigError(shown, text, f"the config refuses {key}={_literal(value)} ({_first(cause)})",
+                raise ConfigError(shown, text, f"the config refuses {key}={literal(value)} ({_first(cause)})",
                                   "Search a key the config has, with values of its type") from None

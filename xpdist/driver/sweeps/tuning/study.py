@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import STUDY_FILE, SWEEP_FILE
+from xpdist.core.outcome import Status
 from xpdist.driver import hydra_private
 from xpdist.driver.sweeps.tuning import optuna_private
 from xpdist.driver.sweeps.tuning import plots
@@ -130,7 +131,7 @@ class StudyRun:
         value = (getattr(result, "metrics", None) or {}).get(self.settings.objective)
         if PRUNED_ATTR in optuna_private.stored_user_attrs(study, trial):
             state, values = TrialState.PRUNED, None
-        elif getattr(result, "status", None) == "FINISHED" and value is not None and math.isfinite(value):
+        elif getattr(result, "status", None) == Status.FINISHED and value is not None and math.isfinite(value):
             state, values = TrialState.COMPLETE, value
         else:
             state, values = TrialState.FAIL, None
@@ -163,7 +164,7 @@ class StudyRun:
             best = study.best_trial
             summary.update(best_trial=best.number, best_value=best.value, best_params=best.params)
             lines.append(f"  best: trial {best.number}, {self.settings.objective}={best.value:.6g}, "
-                         + " ".join(f"{k}={space_mod._literal(v)}" for k, v in best.params.items()))
+                         + " ".join(f"{k}={space_mod.literal(v)}" for k, v in best.params.items()))
         out = self.sweep_dir / "study"
         out.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(OmegaConf.create(summary), self.sweep_dir / "optimization_results.yaml")
@@ -174,7 +175,7 @@ class StudyRun:
         if parent:
             if complete:
                 _log(uri, parent, metrics={self.settings.objective: best.value, "best_trial": best.number},
-                     params={f"best.{k}": space_mod._literal(v) for k, v in best.params.items()})
+                     params={f"best.{k}": space_mod.literal(v) for k, v in best.params.items()})
             _log(uri, parent, metrics={f"trials_{k}": v for k, v in counts.items()})
             store.log_artifacts(uri, parent, [*files, self.sweep_dir / "optimization_results.yaml"], "study")
             if notes:
@@ -186,7 +187,7 @@ def _why_failed(result, ret, objective: str) -> str:
     if result is None:
         error = hydra_private.job_error(ret)
         return f"the job raised {type(error).__name__}: {error}"
-    if result.status != "FINISHED":
+    if result.status != Status.FINISHED:
         return f"its run ended {result.status}: {result.error or 'no error recorded'}"
     known = ", ".join(sorted(result.metrics)) or "none"
     value = result.metrics.get(objective)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from xpdist.core.jobdir import STUDY_FILE, JobDir, decode_metrics
+from xpdist.core.outcome import Status
 from xpdist.driver.processes import process
 from xpdist.driver.processes.outcome import Outcome
 from xpdist.driver.sweeps.tuning import optuna_private
@@ -121,16 +122,16 @@ class TrialWatch(threading.Thread):
         if self.pruned_at is None:
             return outcome
         if run_id:
-            store.set_tags(uri, run_id, {PRUNED_ATTR: str(self.pruned_at), "xpdist.trial_state": "PRUNED"})
-        return Outcome("FINISHED", restarts=outcome.restarts)
+            store.set_tags(uri, run_id, {PRUNED_ATTR: str(self.pruned_at), "xpdist.trial_state": Status.PRUNED})
+        return Outcome(Status.FINISHED, restarts=outcome.restarts)
 
 
 def stop_tasks(job: JobDir) -> int:
     """SIGTERMs the task processes this driver started for `job` (SIGKILL after process.GRACE_S);
     returns how many it found alive.
 
-    The launcher, waiting on them in the main thread, then sees them end. They are found by
-    their command line (`python -m xpdist.task <job dir>`): the launchers keep no handle this
+    The engine, waiting on them in the main thread, then sees them end. They are found by
+    their command line (`python -m xpdist.task <job dir>`): the engines keep no handle this
     thread could reach.
     """
     import psutil
