@@ -48,6 +48,19 @@ def test_the_custom_model_commands_compose():
         check_keys(plain(*args))
 
 
+def test_the_commands_of_the_script_guide_compose():
+    """docs/from-a-script.md's commands (the --check one and the sweep included) name real keys."""
+    page = (REPO / "docs" / "from-a-script.md").read_text()
+    commands = _commands(page) + [shlex.split(line)[3:] for line in re.findall(r"^(python -m xpdist .+)$", page, re.M)]
+    assert len(commands) >= 3
+    for args in commands:
+        if "-m" in args:  # a sweep: each of its jobs
+            args = [a.split(",")[0] if a.startswith("strategy=") else a for a in args if a != "-m"]
+        args = [a for a in args if a != "--check"]
+        assert "model=custom" in args and "dataset=custom" in args, args
+        check_keys(plain(*args))
+
+
 def test_the_option_file_of_data_md_composes(tmp_path):
     """The TFRecord example is an option of the dataset group, read with --config-dir."""
     page = (REPO / "docs" / "data.md").read_text()
