@@ -241,6 +241,19 @@ def test_no_user_page_holds_a_date_a_clock_time_a_cpu_model_or_a_first_person_re
     assert not found, "\n".join(found)
 
 
+# The guides a user reads in minutes: every page but the generated reference and measurements.
+GUIDES_MAX_WORDS = 25_000
+GENERATED = ("configuration.md", GENERATED_MEASUREMENTS, "equivalence.md")
+
+
+def test_the_guides_hold_at_most_their_word_budget():
+    words = {p.name: len(p.read_text().split()) for p in user_pages() if p.name not in GENERATED}
+    total = sum(words.values())
+    assert total <= GUIDES_MAX_WORDS, (
+        f"the guides hold {total} words, over {GUIDES_MAX_WORDS}: cut before adding. Largest: "
+        + ", ".join(f"{name} {n}" for name, n in sorted(words.items(), key=lambda kv: -kv[1])[:5]))
+
+
 def conf_options() -> dict:
     """Every config group's options: the YAML files of conf/<group>/ (the ground truth), and, where
     the schema keeps a table of them (xpdist.core.schema.OPTIONS), that table's names too."""
