@@ -288,3 +288,22 @@ def test_the_groups_check_fails_on_a_missing_or_an_unknown_option():
     readme = "## Groups and options\n\n| `dataset` | `digits`, `npz` | the data |\n| `x` | `y` | z |\n\n## Next\n"
     errors = groups_table_errors(readme, {"dataset": {"digits", "npz", "plugin"}, "model": {"linear"}})
     assert errors == ["group model has no row", "row x names no group", "dataset: plugin missing"]
+
+
+def test_the_clusters_a_multi_process_strategy_can_use_are_the_engines_that_run_clusters():
+    """concepts.md's strategy table and the strategy YAML comments name every cluster option whose
+    engine runs a cluster of task processes (cluster=ray was once missing from them)."""
+    from xpdist.core import strategies
+    from xpdist.driver import engines
+
+    clustered = {name for name in engines.ENGINES if engines.get(name).multi_process}
+    assert {"localhost", "tf_config", "slurm", "ray"} <= clustered
+    concepts = (REPO / "docs" / "concepts.md").read_text()
+    for name in strategies.names_where(lambda spec: spec.needs.multi_process):
+        row = re.search(rf"^\|[^|\n]*\| `{name}` \| ([^|]+) \|", concepts, re.M)
+        assert row, f"concepts.md has no row for {name}"
+        assert set(re.findall(r"`(\w+)`", row.group(1))) == clustered, (name, row.group(1))
+        comment = (REPO / "conf" / "strategy" / f"{name}.yaml").read_text()
+        needs = re.search(r"Needs cluster=([^.]+)\.", comment)
+        if needs:
+            assert set(re.findall(r"\w+", needs.group(1).replace("cluster=", ""))) - {"or"} == clustered, name
