@@ -47,7 +47,8 @@ class Result:
 
     run_id: Optional[str]
     status: str  # FINISHED, FAILED or KILLED
-    metrics: Dict[str, float] = field(default_factory=dict)  # each metric's last value, as `final:` prints
+    # Each metric's last value (the `final:` line prints the loss, the metrics and the rate).
+    metrics: Dict[str, float] = field(default_factory=dict)
     run_name: Optional[str] = None
     error: Optional[str] = None
     num_replicas: Optional[int] = None
