@@ -327,3 +327,22 @@ def test_the_strategy_yaml_comments_name_the_same_clusters():
         needs = re.search(r"Needs cluster=([^.]+)\.", comment)
         if needs:
             assert set(re.findall(r"\w+", needs.group(1).replace("cluster=", ""))) - {"or"} == clustered, name
+
+
+def test_the_support_matrix_states_the_ranges_pyproject_accepts():
+    """docs/support.md's accepted versions are pyproject.toml's own specifiers, and README says both
+    the accepted and the tested Python."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    page = (REPO / "docs" / "support.md").read_text()
+    assert f"`{project['requires-python']}`" in page
+    wanted = ("tensorflow", "keras", "tf-keras", "mlflow", "hydra-core", "omegaconf", "optuna")
+    specs = {re.split(r"[<>=\[]", d, maxsplit=1)[0]: d for d in project["dependencies"]}
+    specs.update({re.split(r"[<>=\[]", d, maxsplit=1)[0]: d for d in project["optional-dependencies"]["ray"]})
+    for name in (*wanted, "ray"):
+        spec = specs[name]
+        bounds = spec[spec.index(">"):] if ">" in spec else spec
+        assert bounds in page, (name, spec)
+    readme = (REPO / "README.md").read_text()
+    assert "Python 3.11 or 3.12 (tested on 3.11" in readme and project["requires-python"] == ">=3.11,<3.13"
