@@ -14,18 +14,21 @@ and after training, steady-state examples/sec (median of epochs 2.., training ti
 and peak memory (largest process, from wait4's rusage, which covers the task processes
 xpdist starts; and the peak sum over every live process of the run, sampled with psutil),
 plus the cost of per-step metric logging (xpdist trainer.log_every_n_steps=1 against 0).
-It writes <out>/bench.json and <out>/bench.md.
+It writes <out>/bench.json and <out>/bench.md, and with --docs the page of results,
+docs/benchmark.md (created from PAGE when missing): each of its tables between markers, each
+table headed once by the machine, the date and the command that produced it. That page is
+the one place in the docs that holds measured figures; the guides cite it.
 
     python scripts/bench.py                 # everything, 5 repetitions
     python scripts/bench.py --reps 5 --workloads cnn linear --epochs 5 --ways xpdist script \
-        --strategies default mirrored-auto multi_worker_mirrored parameter_server --sweep --docs docs/performance.md
+        --strategies default mirrored-auto multi_worker_mirrored parameter_server --sweep --docs docs/benchmark.md
     python scripts/bench.py --reps 3 --workloads cnn --strategies one_device mirrored-auto
     python scripts/bench.py --quick         # before a change to the task, trainers or data pipeline
-    python scripts/bench.py --quick --scale --docs docs/performance.md   # + cost at scale, sweeps; the docs' table
-    python scripts/bench.py --precision     # cnn: mixed_bfloat16 and XLA against float32 / XLA off
+    python scripts/bench.py --quick --scale --docs docs/benchmark.md   # + cost at scale, sweeps; the docs' table
+    python scripts/bench.py --precision --docs docs/benchmark.md  # cnn: mixed_bfloat16 and XLA against float32
     python scripts/bench.py --reps 5 --workloads cnn linear --epochs 5 --ways xpdist --strategies \
         multi_worker_mirrored multi_worker_mirrored-ray multi_worker_mirrored-ray_local \
-        --docs docs/performance.md --docs-part ray
+        --docs docs/benchmark.md --docs-part ray
 
 The last compares multi_worker_mirrored's two tasks on cluster=ray (one node) with the same on
 cluster=localhost: on a Ray head the benchmark starts once and stops by its process group
@@ -534,7 +537,8 @@ def cell(row, key: str, digits: int = 1) -> str:
 
 def markdown(table, targets: List[dict], meta: dict) -> str:
     lines = [f"Median (min-max) of {meta['reps']} interleaved repetition(s), each a fresh process, the ways "
-             f"in a rotating order; {meta['machine']}. Command: `{meta['command']}`", "",
+             f"in a rotating order. Machine: {meta['machine']}. Written: {meta.get('written', 'not recorded')}. "
+             f"Command: `{meta['command']}`", "",
              "| workload / strategy / epochs | way | wall s | start-up s | training s | after training s | steady ex/s "
              "| peak RSS MB (largest / all) | runs (failed) |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -595,7 +599,8 @@ def precision_bench(args, work: Path, strategy: List[str]) -> str:
             measures.append(m)
     base = median([m.steady_examples_per_sec for m in measures if m.strategy == names[0] and m.ok])
     lines = [f"cnn ({' '.join(strategy) or 'strategy=default'}), medians of {args.reps} interleaved "
-             f"repetition(s); {psutil.cpu_count()} CPUs", "",
+             f"repetition(s). Machine: {machine()}. Written: {now()}. "
+             f"Command: `{' '.join(['python', 'scripts/bench.py', *args.argv])}`", "",
              "| setting | steady ex/s | ratio to float32, XLA off | runs (failed) |", "|---|---:|---:|---:|"]
     for name in names:
         mine = [m for m in measures if m.strategy == name]
@@ -625,9 +630,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="examples of the cnn workloads (default 1,024); more for longer epochs")
     p.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS))
     p.add_argument("--docs", type=Path, default=None, help="also write the table into this page, between "
-                   "the bench markers (docs/performance.md)")
-    p.add_argument("--docs-part", default="", help="which markers of --docs: none for the main table, "
-                   "`ray` for the Ray subsection's (<!-- bench ray: begin ... -->)")
+                   "the bench markers (docs/benchmark.md; created when missing)")
+    p.add_argument("--docs-part", default="", choices=PARTS, help="which markers of --docs: none for the main "
+                   "table, `ray` for the Ray table's (<!-- bench ray: begin ... -->); --precision writes `precision`")
     p.add_argument("--quick", action="store_true", help="before a change to the task, trainers or data pipeline: "
                    "cnn, one_device and mirrored, 2 and 24 epochs, xpdist against the script, 1 repetition")
     p.add_argument("--scale", action="store_true", help="also time xpdist-report on 10..1,000 runs, the sweep "
@@ -663,7 +668,10 @@ def main(argv=None) -> int:
     (args.out / "logs").mkdir(parents=True, exist_ok=True)
     prepare_stores(work)
     if args.precision:
-        print(precision_bench(args, work, args.precision_strategy))
+        text = precision_bench(args, work, args.precision_strategy)
+        print(text)
+        if args.docs:
+            write_docs(args.docs, text, "precision")
         shutil.rmtree(work, ignore_errors=True)
         return 0
     cases = [(workloads(args.quick, epochs, work, args.examples)[w], strats[name], epochs)
@@ -739,6 +747,33 @@ def run_cases(args, work: Path, cases, head: "RayHead | None") -> int:
 
 
 BEGIN, END = "<!-- bench: begin (generated by scripts/bench.py --docs) -->", "<!-- bench: end -->"
+# The tables of docs/benchmark.md: the main one (""), the Ray rows, the precision ratios.
+PARTS = ("", "ray", "precision")
+# The page --docs creates when it is missing; its tables are written between the markers.
+PAGE = """# Benchmark results
+
+Generated by scripts/bench.py: do not edit by hand. This is the one page of the docs that holds
+measured figures; each table is headed by the machine, the date and the command that produced
+it, and holds for that machine only. What the columns mean and how to read them:
+[performance.md](performance.md).
+
+## xpdist against the hand-written script
+
+{main}
+
+## cluster=ray against cluster=localhost
+
+{ray}
+
+## Precision and XLA on the cnn
+
+{precision}
+"""
+
+
+def page_skeleton() -> str:
+    """The page --docs creates when it is missing: the headings and each table's empty markers."""
+    return PAGE.format(**{part or "main": "\n".join(markers(part)) for part in PARTS})
 
 
 def markers(part: str = "") -> tuple:
@@ -752,19 +787,35 @@ def markers(part: str = "") -> tuple:
 def write_docs(page: Path, text: str, part: str = "") -> None:
     """Replaces what lies between the markers of `page` (the main table's, or part's) with `text`."""
     begin, end = markers(part)
-    content = page.read_text()
+    content = page.read_text() if page.exists() else page_skeleton()
     head, rest = content.split(begin, 1)
     page.write_text(f"{head}{begin}\n{text}{end}{rest.split(end, 1)[1]}")
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), or the platform's processor string."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "CPU model unknown"
+
+
+def machine() -> str:
+    """What the tables' header says of the machine: host, CPU model, CPUs, load when written."""
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return f"{platform.node()}, {cpu_model()}, {psutil.cpu_count()} CPUs, load average {load} when written"
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 
 
 def write_results(out: Path, measures: List[Measure], meta: dict) -> str:
     """Writes bench.json and bench.md from the runs so far; returns the Markdown."""
     table = summarize(measures)
     targets = checks(table, meta["step_log_cost_us"])
-    meta = dict(meta, runs_done=len(measures),
-                machine=f"{platform.node()}, {psutil.cpu_count()} CPUs, load average "
-                        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} when written",
-                written=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))
+    meta = dict(meta, runs_done=len(measures), machine=machine(), written=now())
     report = {"meta": meta, "summary": table, "targets": targets,
               "runs": [asdict(m) for m in measures]}
     (out / "bench.json").write_text(json.dumps(report, indent=2))

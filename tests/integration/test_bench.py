@@ -1,6 +1,6 @@
 """Smoke test of scripts/bench.py: one strategy, one repetition, tiny workload; and, without
 running anything, how it compares the cluster=ray rows with cluster=localhost and where it
-writes them in docs/performance.md.
+writes them in docs/benchmark.md, the one page of measured figures.
 
 It checks what the benchmark writes, never how fast anything ran (the machine is shared).
 """
@@ -155,10 +155,29 @@ def test_docs_part_writes_only_its_own_block_and_the_pages_command_parses(tmp_pa
     page.write_text(f"a\n{begin}\nmain\n{end}\nb\n{ray_begin}\nold\n{ray_end}\nc\n")
     bench.write_docs(page, "new\n", "ray")
     assert page.read_text() == f"a\n{begin}\nmain\n{end}\nb\n{ray_begin}\nnew\n{ray_end}\nc\n"
-    performance = (REPO / "docs" / "performance.md").read_text()
-    assert performance.count(ray_begin) == 1 and performance.count(ray_end) == 1
-    ray_part = performance.split("### Ray:", 1)[1].split(ray_begin, 1)[0]
-    command = ray_part.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    results = (REPO / "docs" / "benchmark.md").read_text()
+    assert results.count(ray_begin) == 1 and results.count(ray_end) == 1
+    command = results.split(ray_begin, 1)[1].split("Command: `", 1)[1].split("`", 1)[0]
     args = bench.parse_args(shlex.split(command)[2:])  # python scripts/bench.py ...
     assert args.docs_part == "ray" and args.ways == ["xpdist"]
     assert {"multi_worker_mirrored", "multi_worker_mirrored-ray"} <= set(args.strategies) and args.reps >= 3
+
+
+def test_the_results_page_is_the_skeleton_bench_writes_with_each_table_headed_once(tmp_path):
+    """docs/benchmark.md outside its tables is what bench.py creates; each table names its machine,
+    date and command once; the guide that explains it links it."""
+    bench = bench_module()
+    results = (REPO / "docs" / "benchmark.md").read_text()
+    outside = results
+    for part in bench.PARTS:
+        begin, end = bench.markers(part)
+        inside = results.split(begin, 1)[1].split(end, 1)[0]
+        assert inside.count("Machine: ") == 1 and inside.count("Written: ") == 1, part
+        assert inside.count("Command: `python scripts/bench.py") == 1, part
+        outside = outside.replace(inside, "\n")
+    assert outside == bench.page_skeleton()
+    page = tmp_path / "benchmark.md"  # a missing page is created from the skeleton
+    bench.write_docs(page, "table\n", "precision")
+    assert page.read_text() == bench.page_skeleton().replace(
+        bench.markers("precision")[0] + "\n", bench.markers("precision")[0] + "\ntable\n")
+    assert "(benchmark.md)" in (REPO / "docs" / "performance.md").read_text()

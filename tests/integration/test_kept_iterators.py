@@ -1,7 +1,7 @@
 """What xpdist asks of TensorFlow's and Keras' internals, checked against the installed
 releases: the training iterators of one-process strategies outlive the training call
 (destroying a strategy's multi-device iterator waits for tf.data's autotuner thread, which
-sleeps up to 60 s: the dead time after the last epoch; docs/performance-details.md), and both
+sleeps up to 60 s: the dead time after the last epoch; docs/performance.md), and both
 Keras flavours still read the attributes that keep a step's logs as tensors
 (task/train/fit.py logs_stay_tensors)."""
 

@@ -10,7 +10,9 @@ The page's conventions, which this module reads:
   non-empty line must appear in the real output, in that order, with numbers, run ids, dates
   and times free to differ (as they do between machines) and runs of spaces free to differ in
   length (table columns); a line `...` marks lines left out; a `final:` line may hold more
-  metrics than the page shows (a new metric must not break the page). A block with no
+  metrics than the page shows (a new metric must not break the page); `<date>` and `<time>` stand
+  for a date (2026-12-04) and a time of day (14-07-36, 14:07:38,764), which the docs do not
+  print (tests/unit/test_docs.py). A block with no
   ```text block after it must print nothing. The page shows the working directory as /home/me/tutorial.
 
 `python -m tests.integration.test_tutorial` runs the page in a fresh directory and prints each
@@ -41,6 +43,8 @@ _FENCE = re.compile(r"^```(\w*)([^\n]*)\n(.*?)^```[ \t]*$", re.M | re.S)
 # What may differ between the page and a run: a 32-hex run id; a number with its unit
 # (0.0414, 1.997e+04, 12,697, 14ms, 2026-12-04, 14-02-48, 2r).
 _VARIABLE = re.compile(r"[0-9a-f]{32}|\d[\d.,e+-]*[a-zµ]*")
+# Placeholders of the page for what a run prints and the docs do not show.
+_PLACEHOLDERS = {"<date>": r"\d{4}-\d\d-\d\d", "<time>": r"\d\d[-:]\d\d[-:]\d\d(?:,\d+)?"}
 
 
 @dataclass
@@ -72,14 +76,19 @@ def steps(page: str) -> List[Step]:
 def line_pattern(shown: str) -> re.Pattern:
     """A shown line as a regular expression: its variable parts free, spaces of any length."""
     tokens = []
-    for token in shown.split():
-        parts, last = [], 0
-        for found in _VARIABLE.finditer(token):
-            parts.append(re.escape(token[last:found.start()]))
-            parts.append(r"[0-9a-f]{32}" if len(found.group(0)) == 32 and "." not in found.group(0)
-                         else r"[\d.,e+-]+[a-zµ]*")
-            last = found.end()
-        parts.append(re.escape(token[last:]))
+    for whole in shown.split():
+        parts = []
+        for token in re.split("(" + "|".join(map(re.escape, _PLACEHOLDERS)) + ")", whole):
+            if token in _PLACEHOLDERS:
+                parts.append(_PLACEHOLDERS[token])
+                continue
+            last = 0
+            for found in _VARIABLE.finditer(token):
+                parts.append(re.escape(token[last:found.start()]))
+                parts.append(r"[0-9a-f]{32}" if len(found.group(0)) == 32 and "." not in found.group(0)
+                             else r"[\d.,e+-]+[a-zµ]*")
+                last = found.end()
+            parts.append(re.escape(token[last:]))
         tokens.append("".join(parts))
     return re.compile(r"\s*" + r"\s+".join(tokens) + r"\s*")
 
@@ -158,6 +167,11 @@ def test_the_line_patterns_free_what_differs_between_runs():
     assert missing_lines("Epoch 1/2\n...\nxpdist: run default-1r FINISHED in 5.0 s",
                          "noise\nEpoch 1/2\n20/20\nxpdist: run default-1r FINISHED in 12.3 s") == []
     assert missing_lines("b\na", "a\nb") == ["a"]
+    hydra = line_pattern("[<date> <time>][HYDRA] \t#0 : strategy=one_device")
+    assert hydra.fullmatch("[2026-12-04 14:07:38,764][HYDRA] \t#0 : strategy=one_device")
+    assert not hydra.fullmatch("[2026-12-04 later][HYDRA] \t#0 : strategy=one_device")
+    folder = line_pattern("  table and chart: multirun/<date>/<time>/summary (also artifacts of the parent run)")
+    assert folder.fullmatch("  table and chart: multirun/2026-12-04/14-07-36/summary (also artifacts of the parent run)")
     assert missing_lines("  final: loss=0.1, mae=0.2", "  final: learning_rate=0.01, loss=0.3, mae=0.1") == []
     assert missing_lines("  final: loss=0.1, mae=0.2", "  final: loss=0.3") == ["  final: loss=0.1, mae=0.2"]
     table = line_pattern("0    strategy=one_device  FINISHED  1         5             0.005941    12,697               1.89")

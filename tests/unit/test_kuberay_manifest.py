@@ -44,6 +44,8 @@ KUBERAY = REPO / "examples" / "kuberay"
 MANIFEST = KUBERAY / "raycluster.yaml"
 SCHEMA = REPO / "tests" / "data" / "kuberay" / "rayclusters.ray.io-v1.schema.json.gz"
 CLUSTERS_MD = REPO / "docs" / "clusters.md"
+# The KubeRay how-to, beside its manifest; docs/clusters.md links it.
+KUBERAY_README = KUBERAY / "README.md"
 # The release whose CRD is vendored; docs/clusters.md names it.
 KUBERAY_RELEASE, KUBERAY_COMMIT = "v1.7.0", "59d663aeec13760646da3db9c1cf8cfe883e30b7"
 
@@ -228,7 +230,7 @@ def test_the_token_comes_from_a_secret_never_from_the_manifest():
     # (KubeRay's), a random value made on the spot.
     create = (f'kubectl create secret generic {auth["secretName"]} '
               '--from-literal=auth_token="$(openssl rand -base64 32)"')
-    assert create in MANIFEST.read_text() and create in CLUSTERS_MD.read_text()
+    assert create in MANIFEST.read_text() and create in KUBERAY_README.read_text()
 
 
 def commands(text: str):
@@ -239,7 +241,8 @@ def commands(text: str):
 
 
 def kuberay_part_of_the_docs() -> str:
-    page = CLUSTERS_MD.read_text()
+    page = KUBERAY_README.read_text()
+    assert "(../examples/kuberay/README.md)" in CLUSTERS_MD.read_text()  # the user docs lead there
     return re.split(r"\n#{2,3} ", page.split("### Kubernetes: KubeRay", 1)[1], maxsplit=1)[0]
 
 

@@ -1,7 +1,7 @@
 """When the export's preload (MLflow's import, xpdist/task/export.py) may start during training
 (xpdist.task.runner.preload_may_start): a long first epoch, or enough training left at the pace
 of the epochs after the first; never from the first epoch's time alone, which holds the tracing.
-Whether it pays is measured, not asserted here: docs/performance-details.md."""
+Whether it pays is measured, not asserted here: docs/performance.md."""
 
 import types
 

@@ -77,7 +77,7 @@ def main(cfg: DictConfig) -> JobResult:
         print(f"xpdist: error: {result.error}", file=sys.stderr)
         _remove_rejected_output(ctx)
     elif not multirun:
-        job.print_summary(result, ctx.tracking_uri or _uri(cfg, ctx))
+        job.print_summary(result, ctx.tracking_uri or _uri(cfg, ctx), verbose=cfg.verbose)
     if not result.ok:
         _State.exit_code = 2 if result.status == Status.REJECTED else 1
     if not multirun:

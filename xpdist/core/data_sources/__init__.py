@@ -67,6 +67,8 @@ class DataSourceSpec:
         source_type: how MLflow records where the data comes from: "code" or "local" (files).
         images: its examples can be images (a conv net's input), named where model=cnn is refused.
         validation_fix: what to do instead of validation_split, for a source that does not honour it.
+        validation_key, validation_example: the dataset key that gives this source validation data,
+            and a value of it for the fix a message suggests (validation_hint).
     """
 
     name: ClassVar[str] = ""
@@ -74,6 +76,16 @@ class DataSourceSpec:
     source_type: ClassVar[str] = "code"
     images: ClassVar[bool] = False
     validation_fix: ClassVar[str] = "Set dataset.validation_split=0."
+    validation_key: ClassVar[str] = "validation_split"
+    validation_example: ClassVar[str] = "0.2"
+
+    def validation_hint(self) -> str:
+        """How to give this source validation data, for an error's fix: `Set dataset.KEY (e.g. VALUE)`."""
+        return f"Set dataset.{self.validation_key} (e.g. {self.validation_example})"
+
+    def has_validation(self, cfg) -> bool:
+        """Whether the config gives this source validation data (its validation_key set)."""
+        return bool(cfg.dataset.get(self.validation_key))
 
     def resolve(self, cfg) -> "DataSourceSpec":
         """The spec that answers for this config: itself (dataset=plugin: the class its _target_ names)."""

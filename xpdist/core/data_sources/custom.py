@@ -15,6 +15,8 @@ class Custom(DataSourceSpec):
     name = "custom"
     # The function shuffles, caches and shards its data itself; xpdist repeats and prefetches it.
     validation_fix = "Set dataset.validation_split=0 and use dataset.num_validation_examples."
+    # Validation: the function's split="validation" data, whose size the config declares.
+    validation_key, validation_example = "num_validation_examples", "128"
     honours = ("prefetch",)
 
     def split_sizes(self, cfg, launch_dir: Path, global_batch: int):

@@ -20,6 +20,7 @@ class Tfrecord(DataSourceSpec):
     name = "tfrecord"
     images = True
     validation_fix = "Set dataset.validation_split=0 and use dataset.validation_files."
+    validation_key, validation_example = "validation_files", "[data/val-*.tfrecord]"
     honours = ("shuffle_buffer", "prefetch", "cache", "drop_remainder", "auto_shard_policy")
     source_type = "local"
 

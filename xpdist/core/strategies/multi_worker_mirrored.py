@@ -15,7 +15,7 @@ class MultiWorkerMirrored(StrategySpec):
     name = "multi_worker_mirrored"
     applies_to = ("communication",)  # MultiWorkerMirroredStrategy(communication_options=...)
     needs = WORKERS
-    keras3_fit = Keras3Fit.cannot_train  # keras-team/keras#18624
+    keras3_fit = Keras3Fit.cannot_train  # keras-team/keras#20585 (fails with 2 workers)
     fit_distributes_dataset = True
 
     def replicas(self, cfg, devices: List[str], workers: int) -> int:

@@ -176,20 +176,28 @@ def _check_model_target(cfg) -> None:
 
 
 def _check_sizes(cfg, plan: planning.Plan) -> None:
+    # The fixes name the keys of the run's own data source: the one that gives it validation
+    # data (validation_split, num_validation_examples, validation_files), and num_examples only
+    # where the source has it (a folder of files has no such key).
+    key = data_sources.of(cfg).validation_key
+    split = key == "validation_split"
+    more = ", or use more examples (dataset.num_examples)." if "num_examples" in cfg.dataset else \
+        ", or give more training data."
     if plan.num_train < plan.global_batch_size:
         raise ConfigError(
             "dataset.per_replica_batch_size", plan.per_replica_batch_size,
             f"one global batch ({plan.per_replica_batch_size} x {plan.num_replicas} replicas = {plan.global_batch_size}) "
             f"is larger than the {plan.num_train} training examples of dataset={cfg.dataset.name}"
             + (f" ({plan.num_val} held back by dataset.validation_split={cfg.dataset.get('validation_split')})"
-               if plan.num_val else ""),
-            "Lower the batch size" + (" or dataset.validation_split" if plan.num_val else "")
-            + ", or use more examples (dataset.num_examples).")
+               if plan.num_val and split else ""),
+            "Lower the batch size" + (" or dataset.validation_split" if plan.num_val and split else "") + more)
     if plan.num_val and plan.num_val < plan.global_batch_size:
+        value = cfg.dataset.get(key)
         raise ConfigError(
-            "dataset.validation_split", cfg.dataset.validation_split,
+            f"dataset.{key}", list(value) if key == "validation_files" else value,
             f"the {plan.num_val} validation examples are fewer than one global batch ({plan.global_batch_size})",
-            "Raise the split, lower the batch size, or set dataset.validation_split=0.")
+            "Raise the split, lower the batch size, or set dataset.validation_split=0." if split else
+            f"Give more validation examples (dataset.{key}), lower the batch size, or give none.")
 
 
 # Stores MLflow records into, by URI scheme (a database scheme may name a driver: postgresql+psycopg2).

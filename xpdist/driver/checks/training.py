@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Mapping
 
+from xpdist.core import data_sources
 from xpdist.core import plan as planning
 from xpdist.core import strategies
 from xpdist.core.errors import ConfigError
@@ -114,7 +115,7 @@ def _check_callbacks(cfg, plan: planning.Plan) -> None:
         monitor = cfg.callbacks[name].get("monitor")
         if monitor and monitor.startswith("val_") and not plan.validation_steps:
             raise ConfigError(f"callbacks.{name}.monitor", monitor, "this run has no validation data",
-                              f"Set dataset.validation_split (e.g. 0.2), or callbacks.{name}.monitor=loss.")
+                              f"{data_sources.of(cfg).validation_hint()}, or callbacks.{name}.monitor=loss.")
         if cfg.callbacks[name].get("mode", "auto") not in ("auto", "min", "max"):
             raise ConfigError(f"callbacks.{name}.mode", cfg.callbacks[name].mode, "must be auto, min or max",
                               f"Use callbacks.{name}.mode=auto.")

@@ -10,6 +10,7 @@ by SIGKILL or runs out of memory.
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import threading
 import time
@@ -415,8 +416,29 @@ def _record_rejected(cfg: DictConfig, ctx: JobContext, uri: str, error: str) -> 
     return run_id
 
 
-def print_summary(result: JobResult, uri: str, experiment_id: Optional[str] = None, out=sys.stdout) -> None:
-    """The closing lines of a single run: status, final metrics, run id, how to look at it."""
+# The run's figures a user reads first, after its loss and metrics: the steady training rate.
+# The rest (the first step's time, the last epoch's, FLOPs, memory, the learning rate, the traced
+# steps' shares) are in MLflow, and on the `final:` line with verbose=true.
+_RATE = "steady_examples_per_sec"
+_FIGURES = re.compile(r"^(?:learning_rate|mfu|.*(?:_s|_mb|_per_sec|_per_example|_fraction))$")
+
+
+def final_metrics(metrics: Dict[str, float], verbose: bool = False) -> List[str]:
+    """The metrics the `final:` line shows, in its order: the loss, the other training metrics,
+    their validation values, then the steady examples/sec; every metric when `verbose`."""
+    if verbose:
+        return sorted(metrics)
+    mine = [k for k in metrics if not _FIGURES.match(k)]
+    order = sorted(mine, key=lambda k: (k.startswith("val_"), k.removeprefix("val_") != "loss", k))
+    return order + ([_RATE] if _RATE in metrics else [])
+
+
+def print_summary(result: JobResult, uri: str, experiment_id: Optional[str] = None, out=sys.stdout,
+                  verbose: bool = False) -> None:
+    """The closing lines of a single run: status, final metrics, run id, how to look at it.
+
+    The `final:` line holds the loss, the metrics and the steady examples/sec (final_metrics);
+    `verbose` adds every other figure the run recorded."""
     if result.run_id is None:  # a task that is not the chief: the chief reports the run
         line = (f"xpdist: task {result.task_name} {result.status} in {result.wall_time_s:.1f} s "
                 "(the chief records the run)")
@@ -424,7 +446,7 @@ def print_summary(result: JobResult, uri: str, experiment_id: Optional[str] = No
         return
     lines = [f"xpdist: run {result.run_name} {result.status} in {result.wall_time_s:.1f} s"]
     if result.metrics:
-        shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(result.metrics.items()))
+        shown = ", ".join(f"{k}={result.metrics[k]:.4g}" for k in final_metrics(result.metrics, verbose))
         lines.append(f"  final: {shown}")
     if result.error:
         lines.append(f"  error: {result.error}")

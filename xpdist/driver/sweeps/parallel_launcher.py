@@ -5,7 +5,7 @@ A job's driver records its run and waits on its task process; what it needs firs
 sweep's process has already imported (Hydra, xpdist, MLflow) and composed. Hydra's joblib
 launcher, which this replaces, ran each job in a loky worker that started Python and imported
 all of it again: 4 small jobs on 2 cores took 28.0 CPU-seconds that way against 21.3 run one
-after another (docs/performance-details.md). A forked job starts with all of it, in a process of
+after another (docs/performance.md). A forked job starts with all of it, in a process of
 its own (nothing of one job's driver reaches the next, as in a fresh process), and gets a
 standby task (driver/processes/standby.py) as each job of a sequential sweep does.
 

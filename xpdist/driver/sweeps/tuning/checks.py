@@ -8,6 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from xpdist.core import data_sources
 from xpdist.core.errors import ConfigError
 from xpdist.driver.sweeps.tuning import settings as settings_mod
 from xpdist.driver.sweeps.tuning import space as space_mod
@@ -30,12 +31,14 @@ def search_space(config: DictConfig, settings: Settings) -> space_mod.SearchSpac
                           "Give a dimension, e.g. 'optimizer.learning_rate=tag(log, interval(1e-4, 1e-1))'")
     loader = GlobalHydra.instance().config_loader()
     space_mod.check_against_config(space, lambda overrides: loader.load_sweep_config(config, overrides))
-    if settings.objective.startswith("val_") and "dataset.validation_split" not in space.distributions:
-        split = loader.load_sweep_config(config, space.fixed).dataset.validation_split
-        if not split:
+    if settings.objective.startswith("val_"):
+        trial = loader.load_sweep_config(config, space.fixed)
+        source = data_sources.of(trial)  # each data source knows the key that gives it validation data
+        if f"dataset.{source.validation_key}" not in space.distributions and not source.has_validation(trial):
             raise ConfigError("hydra.sweeper.objective", settings.objective,
-                              "the runs log no validation metrics (dataset.validation_split=0)",
-                              "Set dataset.validation_split=0.2, say, or objective=loss")
+                              f"the runs log no validation metrics (dataset.{source.validation_key}="
+                              f"{trial.dataset.get(source.validation_key)})",
+                              f"{source.validation_hint()}, or objective=loss")
     if settings.sampler == "grid":
         space.grid()
     return space
