@@ -56,7 +56,8 @@ class JobResult:
     error: Optional[str] = None
     num_replicas: Optional[int] = None
     global_batch_size: Optional[int] = None
-    metrics: Dict[str, float] = field(default_factory=dict)  # each metric's last value, as `final:` prints
+    # Each metric's last value (the `final:` line prints the loss, the metrics and the rate).
+    metrics: Dict[str, float] = field(default_factory=dict)
     wall_time_s: float = 0.0
     # The words that asked for the job. Not compared: two results are equal when they say the
     # same about how the job ended, whichever words asked for it.
