@@ -1,7 +1,9 @@
 """The data source seam, driver half: what xpdist knows about each `dataset` option, without TensorFlow.
 
 Each module of this package (digits.py, tfrecord.py, ...) is one data source and holds its
-`SPEC`, a `DataSourceSpec` that answers every question the driver has about it: the shared
+schema dataclass (the keys of dataset=NAME, extending a base of xpdist/core/schema_data.py) and
+its `SPEC`, a `DataSourceSpec` that answers every question the driver has about it: its schema
+(`config`), the shared
 input options it honours (`honours`, exactly the shared keys of its schema dataclass), how many
 training and validation examples a config gives (`split_sizes`), its preflight checks
 (`preflight`), its input shape where it is known before TensorFlow runs (`input_shape`), and
@@ -9,8 +11,10 @@ how the run records its data (`record`). In-memory and streamed sources alike: t
 preflight and the run's dataset inputs ask the spec, none compares a source's name. The task
 half (how tf.data reads it) is the module of the same name in xpdist/task/data_sources/.
 
-Adding a data source `foo` is four files: `foo.py` here, `xpdist/task/data_sources/foo.py`,
-`conf/dataset/foo.yaml` and its dataclass in xpdist/core/schema_data.py (DATASETS).
+Adding a data source `foo` is three files: `foo.py` here, `xpdist/task/data_sources/foo.py`
+and `conf/dataset/foo.yaml`; every list of data sources (the key checks, --help, the
+configuration reference) is read from DATA_SOURCES. A user's package registers its own with
+`xpdist.core.options.register_data_source` (docs/contributing.md).
 
 Example:
     n_train, n_val = data_sources.of(cfg).split_sizes(cfg, launch_dir, global_batch)
@@ -25,7 +29,7 @@ from typing import Callable, ClassVar, Dict, List, Optional, Tuple
 
 from xpdist.core.errors import ConfigError
 from xpdist.core.registry import Registry
-
+from xpdist.core.schema_data import DatasetBase
 
 def _shuffle_buffer(value) -> None:
     if value < 0:
@@ -63,6 +67,7 @@ class DataSourceSpec:
 
     Class attributes:
         name: the option's name, the same as its module's.
+        config: its schema, a dataclass extending DatasetBase (or InMemoryDataset, FileDataset).
         honours: the SHARED_OPTIONS its pipeline honours, the same as its schema's shared keys.
         source_type: how MLflow records where the data comes from: "code" or "local" (files).
         images: its examples can be images (a conv net's input), named where model=cnn is refused.
@@ -70,6 +75,7 @@ class DataSourceSpec:
     """
 
     name: ClassVar[str] = ""
+    config: ClassVar[type] = DatasetBase
     honours: ClassVar[Tuple[str, ...]] = ()
     source_type: ClassVar[str] = "code"
     images: ClassVar[bool] = False

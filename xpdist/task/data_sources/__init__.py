@@ -15,4 +15,5 @@ from types import ModuleType
 
 from xpdist.core.registry import Registry
 
-SOURCES: Registry[ModuleType] = Registry("dataset", package=__name__)
+# A user's source (xpdist.core.options.register_data_source) adds its task half by path.
+SOURCES: Registry[ModuleType] = Registry("dataset", package=__name__, half="task")
