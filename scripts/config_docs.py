@@ -74,7 +74,11 @@ def field_comments(cls: type) -> Dict[str, str]:
     return found
 
 
-def type_name(annotation: str, cls: type) -> str:
+def type_name(annotation, cls: type) -> str:
+    if not isinstance(annotation, str):  # a module without `from __future__ import annotations`
+        if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+            return "one of " + ", ".join(m.name for m in annotation)
+        annotation = annotation.__name__ if isinstance(annotation, type) else str(annotation).replace("typing.", "")
     kind = next((vars(sys.modules[klass.__module__]).get(annotation) for klass in cls.__mro__
                  if annotation in vars(sys.modules[klass.__module__])), None)  # where the field is declared
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
