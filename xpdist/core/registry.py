@@ -122,6 +122,8 @@ class Registry(Generic[T]):
         hint = did_you_mean(name, known, f"{self.key}=")
         raise KeyError(f"{self.key}={name} is unknown. Known: {', '.join(known)}.{hint}") from None
 
+    __getitem__ = get  # registry[name], as a mapping reads
+
     def __contains__(self, name: object) -> bool:
         self._load()
         return name in self._items or name in self._elsewhere()
