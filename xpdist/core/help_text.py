@@ -9,8 +9,9 @@ line chose another. What each group is for is said once, in GROUP_HELP.
 
 from __future__ import annotations
 
+import functools
 import textwrap
-from typing import Dict, Iterable, List
+from typing import Dict, Iterable, List, Mapping
 
 from omegaconf import OmegaConf
 
@@ -36,19 +37,22 @@ GROUP_HELP: Dict[str, str] = {
 }
 
 
-def register_resolver() -> None:
-    """Registers the resolver the help template calls (once per process)."""
+def register_resolver(groups: Mapping[str, Mapping[str, type]], multi_groups: Mapping[str, Mapping[str, type]]) -> None:
+    """Registers the resolver the help template calls (once per process).
+
+    Args:
+        groups: schema.OPTIONS, the options of each group, read when --help renders.
+        multi_groups: schema.MULTI_GROUPS.
+    """
     if not OmegaConf.has_resolver(RESOLVER):
-        OmegaConf.register_new_resolver(RESOLVER, _render, use_cache=False)
+        OmegaConf.register_new_resolver(RESOLVER, functools.partial(_render, groups, multi_groups), use_cache=False)
 
 
-def _render(part: str, _root_=None) -> str:
-    from xpdist.core import schema  # schema registers this resolver: imported when it runs
-
-    if part == "callbacks":
-        return "\n".join(_lines("callbacks", list(schema.MULTI_GROUPS["callbacks"]), ""))
+def _render(groups, multi_groups, part: str, _root_=None) -> str:
+    if part in multi_groups:
+        return "\n".join(_lines(part, list(multi_groups[part]), ""))
     lines: List[str] = []
-    for group, options in schema.OPTIONS.items():
+    for group, options in groups.items():
         chosen = _chosen(_root_, group)
         names = ([chosen] if chosen in options else []) + [name for name in options if name != chosen]
         lines += _lines(group, names, GROUP_HELP.get(group, ""))

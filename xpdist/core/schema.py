@@ -176,7 +176,7 @@ def register_configs() -> None:
     for group, options in MULTI_GROUPS.items():
         for name, cls in options.items():  # conf/callbacks/x.yaml fills callbacks.x
             store.store(group=group, name=SCHEMA_PREFIX + name, node={name: cls})
-    help_text.register_resolver()
+    help_text.register_resolver(OPTIONS, MULTI_GROUPS)
 
 
 def fields_of(cls: type) -> List[str]:
