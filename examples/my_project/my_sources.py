@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from xpdist.core import rules
 from xpdist.core.data_sources import InMemorySpec
 from xpdist.core.errors import ConfigError
-from xpdist.core.schema_data import InMemoryDataset
+from xpdist.core.data_sources import InMemoryDataset
 
 
 class Rings(InMemorySpec):

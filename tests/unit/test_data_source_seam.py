@@ -17,7 +17,7 @@ from tests.unit.unit_helpers import CONF, plain
 from xpdist.core import data_sources, options, schema
 from xpdist.core.errors import ConfigError
 from xpdist.core import plan as planning
-from xpdist.core.schema_data import InMemoryDataset
+from xpdist.core.data_sources import InMemoryDataset
 from xpdist.driver.checks import data as data_checks
 from xpdist.driver.checks import preflight
 

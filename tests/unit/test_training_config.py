@@ -16,7 +16,7 @@ from tests.unit.test_cli import assert_rejected
 from tests.unit.unit_helpers import plain
 from xpdist.core import schema
 from xpdist.core.errors import ConfigError
-from xpdist.core.schema_training import CALLBACKS
+from xpdist.core.schema.training import CALLBACKS
 from xpdist.driver.checks import preflight
 from xpdist.tracking.params import run_params
 

@@ -33,7 +33,6 @@ import dataclasses
 from typing import Any, Set, Tuple
 
 from xpdist.core import clusters, data_sources, registry, strategies
-from xpdist.core.schema_data import DatasetBase
 
 # (group, name) of every option registered here: stored in the ConfigStore under its own name,
 # since no YAML file of conf/ makes it (schema.register_configs).
@@ -84,14 +83,14 @@ def register_data_source(name: str, spec: data_sources.DataSourceSpec, task: Any
     Args:
         name: the option's name.
         spec: its driver half, a DataSourceSpec instance whose `name` is name and whose `config`
-            is its dataclass (extending a base of xpdist.core.schema_data, `name` defaulting to name).
+            is its dataclass (extending a base of xpdist.core.data_sources, `name` defaulting to name).
         task: its task half: a module, or the module's path, with load(cfg, plan, launch_dir, strategy).
 
     Raises:
         ValueError: the names disagree or the dataclass extends no DatasetBase.
         KeyError: dataset=name is registered already.
     """
-    _check(name, "dataset", spec.name, spec.config, DatasetBase)
+    _check(name, "dataset", spec.name, spec.config, data_sources.DatasetBase)
     data_sources.DATA_SOURCES.register(name)(spec)
     registry.add_half("dataset", "task", name, task)
     REGISTERED.add(("dataset", name))

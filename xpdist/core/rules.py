@@ -1,4 +1,6 @@
-"""Value rules declared on a schema field, so that the check, its error line and the
+"""What a schema field may declare: its value rule, or an open mapping (`open_mapping`).
+
+Value rules are declared on a schema field, so that the check, its error line and the
 configuration reference's wording come from one declaration.
 
     # Where the loss turns from quadratic to linear (keras.losses.Huber's delta).
@@ -16,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional
+
+from omegaconf import DictConfig, OmegaConf
 
 from xpdist.core.errors import ConfigError
 
@@ -58,6 +62,16 @@ def fraction(fix: Optional[str] = None, top: bool = True) -> Dict[str, Rule]:
     if top:
         return rule(lambda value: 0 <= value <= 1, "must be between 0 and 1", fix)
     return rule(lambda value: 0 <= value < 1, "must be 0 or more and below 1", fix)
+
+
+def open_mapping() -> DictConfig:
+    """An empty mapping whose keys are the user's own: `model.kwargs.units=32` adds one, no `+`.
+
+    Hydra closes every node of the composed config (struct mode), typed `Dict[K, V]` mappings
+    included, so a new key would need `+`. A node that sets its own struct flag to False keeps
+    it through composition: the keys of a user's function or feature spec cannot be known here.
+    """
+    return OmegaConf.create({}, flags={"struct": False})
 
 
 def of(field: dataclasses.Field) -> Optional[Rule]:

@@ -7,7 +7,7 @@ from enum import Enum
 from typing import ClassVar, Dict, Optional
 
 from xpdist.core.clusters import ClusterBase
-from xpdist.core.schema_data import open_mapping
+from xpdist.core.rules import open_mapping
 
 
 class RayPlacement(Enum):

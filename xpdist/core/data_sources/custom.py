@@ -10,7 +10,8 @@ from typing import Any, Dict, Optional
 
 from xpdist.core.data_sources import DataSourceSpec
 from xpdist.core.errors import ConfigError
-from xpdist.core.schema_data import DatasetBase, open_mapping
+from xpdist.core.data_sources import DatasetBase
+from xpdist.core.rules import open_mapping
 from xpdist.core.targets import check_target
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import List
 from xpdist.core import datafiles
 from xpdist.core.data_sources import DataSourceSpec
 from xpdist.core.errors import ConfigError
-from xpdist.core.schema_data import FileDataset
+from xpdist.core.data_sources import FileDataset
 
 @dataclass
 class ImageFolderDataset(FileDataset):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xpdist.core.data_sources import InMemorySpec
-from xpdist.core.schema_data import InMemoryDataset
+from xpdist.core.data_sources import InMemoryDataset
 
 @dataclass
 class MnistDataset(InMemoryDataset):

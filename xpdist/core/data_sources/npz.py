@@ -9,7 +9,7 @@ import zipfile
 from xpdist.core import datafiles
 from xpdist.core.data_sources import InMemorySpec
 from xpdist.core.errors import ConfigError
-from xpdist.core.schema_data import InMemoryDataset
+from xpdist.core.data_sources import InMemoryDataset
 
 SAVE = "Save it with numpy.savez(path, x=..., y=...)."
 

@@ -20,7 +20,8 @@ from hydra.utils import get_class
 
 from xpdist.core.data_sources import InMemorySpec
 from xpdist.core.errors import ConfigError
-from xpdist.core.schema_data import InMemoryDataset, open_mapping
+from xpdist.core.data_sources import InMemoryDataset
+from xpdist.core.rules import open_mapping
 from xpdist.core.targets import check_target
 
 FIX = ("Give module.Class of an InMemorySpec subclass (docs/data.md, 'A source of your own'), with its "

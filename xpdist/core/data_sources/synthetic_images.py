@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import List
 
 from xpdist.core.data_sources import InMemorySpec
-from xpdist.core.schema_data import InMemoryDataset
+from xpdist.core.data_sources import InMemoryDataset
 
 @dataclass
 class SyntheticImagesDataset(InMemoryDataset):

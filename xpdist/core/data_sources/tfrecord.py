@@ -10,7 +10,8 @@ from typing import Any, Dict, List
 from xpdist.core import datafiles
 from xpdist.core.data_sources import DataSourceSpec
 from xpdist.core.errors import ConfigError
-from xpdist.core.schema_data import Compression, FileDataset, open_mapping
+from xpdist.core.data_sources import Compression, FileDataset
+from xpdist.core.rules import open_mapping
 
 # tf.io.FixedLenFeature's dtypes.
 DTYPES = ("float32", "int64", "string")

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from xpdist.core import plan as planning
 from xpdist.core import strategies
 from xpdist.core.errors import ConfigError
-from xpdist.core.schema_training import chosen_callbacks
+from xpdist.core.schema.training import chosen_callbacks
 
 # Optimizer options and keys that tf-keras (keras=legacy) lacks.
 _KERAS3_ONLY_OPTIMIZERS = ("lamb",)

@@ -15,7 +15,7 @@ from omegaconf import MISSING
 
 from xpdist.core import rules
 from xpdist.core.registry import Registry
-from xpdist.core.schema_data import open_mapping
+from xpdist.core.rules import open_mapping
 
 OPTIMIZERS: Registry[type] = Registry("optimizer")
 TRAINERS: Registry[type] = Registry("trainer")

@@ -21,7 +21,7 @@ from omegaconf import MISSING
 
 from xpdist.core import rules
 from xpdist.core.registry import Registry
-from xpdist.core.schema_data import open_mapping
+from xpdist.core.rules import open_mapping
 
 # Every option of each group, by name: filled by the decorator on each dataclass below.
 LOSSES: Registry[type] = Registry("loss")

@@ -2,8 +2,8 @@
 
 Each option's dataclass lives with the option: a strategy's in its module of
 xpdist/core/strategies/, a data source's in xpdist/core/data_sources/, a cluster option's in
-xpdist/core/clusters/, the training pieces' in schema_groups.py, schema_optim.py and
-schema_training.py, each registered where it is defined. OPTIONS reads them from those
+xpdist/core/clusters/, the training pieces' in schema/groups.py, schema/optim.py and
+schema/training.py, each registered where it is defined. OPTIONS reads them from those
 registries, so an option (xpdist's or a user package's, xpdist/core/options.py) is listed
 once, where it is defined. Each option's dataclass is stored in Hydra's ConfigStore as `<group>/base_<name>`, and the
 option's YAML file (conf/<group>/<name>.yaml) extends it through its defaults list, carrying
@@ -24,15 +24,16 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from xpdist.core import clusters, data_sources, docs, help_text, rules, strategies
+from xpdist.core import clusters, data_sources, docs, rules, strategies
 from xpdist.core import options as user_options
 from xpdist.core.clusters import ClusterBase
 from xpdist.core.errors import ConfigError, did_you_mean
+from xpdist.core.data_sources import DatasetBase
 from xpdist.core.registry import Registry
-from xpdist.core.schema_data import DatasetBase
-from xpdist.core.schema_groups import COMMUNICATIONS, CROSS_OPS, MODELS, CommunicationBase, CrossOpsBase, ModelBase
-from xpdist.core.schema_optim import OPTIMIZERS, TRAINERS, OptimizerBase, TrainerBase
-from xpdist.core.schema_training import CALLBACKS, LOSSES, SCHEDULES, LossBase, ScheduleBase
+from xpdist.core.schema import help_text
+from xpdist.core.schema.groups import COMMUNICATIONS, CROSS_OPS, MODELS, CommunicationBase, CrossOpsBase, ModelBase
+from xpdist.core.schema.optim import OPTIMIZERS, TRAINERS, OptimizerBase, TrainerBase
+from xpdist.core.schema.training import CALLBACKS, LOSSES, SCHEDULES, LossBase, ScheduleBase
 from xpdist.core.strategies import StrategyBase
 
 
@@ -164,7 +165,7 @@ def register_configs() -> None:
     names its own base_<name>: every key of every option is typed, and a key the chosen
     option does not have fails at compose time. An option of a user's package has no file
     in conf/: it is stored as `<group>/<name>` too, so that `group=name` composes its
-    dataclass's defaults. The option lists of --help are registered here as well (core/help_text.py).
+    dataclass's defaults. The option lists of --help are registered here as well (core/schema/help_text.py).
     """
     store = ConfigStore.instance()
     store.store(name="base_config", node=Config)

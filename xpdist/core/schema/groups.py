@@ -14,7 +14,7 @@ from omegaconf import MISSING
 
 from xpdist.core import rules
 from xpdist.core.registry import Registry
-from xpdist.core.schema_data import open_mapping
+from xpdist.core.rules import open_mapping
 
 CROSS_OPS: Registry[type] = Registry("cross_ops")
 COMMUNICATIONS: Registry[type] = Registry("communication")
