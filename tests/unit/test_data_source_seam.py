@@ -129,7 +129,7 @@ def test_the_worked_example_of_contributing_md_plans_and_loads(tmp_path):
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     driver_code, task_code = code.split("# xpdist/task/data_sources/foo.py")
     driver, task = types.ModuleType("foo_driver"), types.ModuleType("foo_task")
-    exec(compile(driver_code, "contributing.md", "exec"), driver.__dict__)
+    exec(compile(driver_code, "contributing.md", "exec", dont_inherit=True), driver.__dict__)  # as its own module
     exec(compile(task_code, "contributing.md", "exec"), task.__dict__)
     data_sources.DATA_SOURCES.register("foo")(driver.SPEC)
     task_sources.SOURCES.register("foo")(task)
