@@ -1,7 +1,7 @@
 """Writes docs/configuration.md: every key of every option, with its type, default and meaning.
 
 The table is generated, never edited by hand: the options come from xpdist's registries
-(xpdist/core/schema.py OPTIONS, which also holds the options of the user's packages that
+(xpdist/core/schema/ OPTIONS, which also holds the options of the user's packages that
 xpdist loads), types from each option's dataclass, meanings from the comment above each field
 and the rule declared on it (xpdist/core/rules.py), defaults from composing each option as a
 user would (so an option file's own values show). tests/unit/test_config_docs.py fails when

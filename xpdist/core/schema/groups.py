@@ -2,7 +2,7 @@
 
 One dataclass per option, registered where it is defined (`@MODELS.register_schema`): the key
 checks, --help and the configuration reference read the options from these registries
-(xpdist/core/schema.py OPTIONS). This module imports no TensorFlow.
+(xpdist/core/schema/__init__.py OPTIONS). This module imports no TensorFlow.
 """
 
 from __future__ import annotations
