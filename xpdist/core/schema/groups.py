@@ -100,7 +100,7 @@ class ModelBase:
 @dataclass
 class RegularizedModel(ModelBase):
     # L2 factor on Dense kernels (the guide's linear model uses 1e-4).
-    l2: float = 1e-4
+    l2: float = field(default=1e-4, metadata=rules.at_least(0, "Use 0 for none."))
 
 
 @MODELS.register_schema
@@ -112,7 +112,7 @@ class LinearModel(RegularizedModel):
 @dataclass
 class DropoutModel(RegularizedModel):
     # Dropout rate before the output layer (0 disables it).
-    dropout: float = 0.0
+    dropout: float = field(default=0.0, metadata=rules.fraction("Use e.g. 0.1, or 0 for none.", top=False))
 
 
 @MODELS.register_schema
