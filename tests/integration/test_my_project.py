@@ -90,3 +90,36 @@ def test_an_engine_of_the_users_package_runs_a_cluster_from_another_directory(tm
     assert (params["cluster"], params["cluster._target_"]) == ("localhost", "my_engines.NotifyingLocalhost"), params
     assert params["num_replicas"] == "2", params
     assert (elsewhere / "notifications.txt").read_text() == "multi_worker_mirrored on 2 localhost workers: FINISHED\n"
+
+
+def test_the_projects_registered_strategy_engine_and_data_source_train_from_another_directory(tmp_path):
+    """strategy=pinned, cluster=journaled and dataset=spirals: options of the project's own,
+    registered by my_options.py through xpdist.core.options (XPDIST_OPTIONS names it, as the
+    project's entry point does once installed), with no YAML file and no --config-dir."""
+    project = tmp_path / "my_project"
+    shutil.copytree(REPO / "examples" / "my_project", project, ignore=shutil.ignore_patterns("data", "__pycache__"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = xpdist_env({"PYTHONPATH": os.pathsep.join([str(REPO), str(project)]), "XPDIST_OPTIONS": "my_options"})
+    done = subprocess.run([sys.executable, "-m", "xpdist", "strategy=pinned", "cluster=journaled", "dataset=spirals",
+                           "model=mlp", "model.hidden_units=[16]", "trainer.epochs=2", "trainer.progress=false",
+                           "tracking.log_model=false"],
+                          cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "my_strategies: pinned to /cpu:0" in done.stdout, done.stdout[-2000:]
+
+    runs = Xpdist(elsewhere).runs()
+    assert [r.info.status for r in runs] == ["FINISHED"]
+    params = runs[0].data.params
+    assert (params["strategy"], params["cluster"], params["dataset"]) == ("pinned", "journaled", "spirals"), params
+    assert (params["dataset.arms"], params["strategy.device"]) == ("3", "/cpu:0"), params
+    assert "val_accuracy" in runs[0].data.metrics  # integer labels, validation_split 0.2
+    assert (elsewhere / "journal.txt").read_text() == "pinned with spirals: FINISHED\n"
+
+    helped = subprocess.run([sys.executable, "-m", "xpdist", "--help"], cwd=elsewhere, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert all(name in helped.stdout for name in ("pinned", "journaled", "spirals")), helped.stdout
+    refused = subprocess.run([sys.executable, "-m", "xpdist", "dataset=spirals", "dataset.arms=1"],
+                             cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and refused.stderr.strip() == \
+        "xpdist: error: dataset.arms=1: must be 2 or more. Use 2 or more arms.", refused.stderr[-2000:]

@@ -91,6 +91,11 @@ CASES = [
      "cross_ops.reduce_to_device"),
     (["strategy=multi_worker_mirrored", "cluster=localhost", "communication.timeout_seconds=0"],
      "communication.timeout_seconds"),
+    (["loss=huber", "loss.delta=-1"], "loss.delta"),
+    (["schedule=exponential", "schedule.decay_rate=0"], "schedule.decay_rate"),
+    (["schedule=polynomial", "schedule.power=-2"], "schedule.power"),
+    (["model.l2=-0.1"], "model.l2"),
+    (["model=mlp", "model.dropout=1"], "model.dropout"),
     # names MLflow refuses (it would, after the training)
     (["tracking.register_model=bad/name:x"], "tracking.register_model"),
     (["tracking.register_model=m", "tracking.model_alias=v1 bad"], "tracking.model_alias"),

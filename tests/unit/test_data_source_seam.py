@@ -14,14 +14,15 @@ from pathlib import Path
 import pytest
 
 from tests.unit.unit_helpers import CONF, plain
-from xpdist.core import data_sources, schema
+from xpdist.core import data_sources, options, schema
 from xpdist.core.errors import ConfigError
-from xpdist.core.schema_data import DATASETS
 from xpdist.core import plan as planning
+from xpdist.core.data_sources import InMemoryDataset
 from xpdist.driver.checks import data as data_checks
 from xpdist.driver.checks import preflight
 
 REPO = Path(__file__).resolve().parents[2]
+DATASETS = schema.OPTIONS["dataset"]  # read from the sources' own modules
 
 
 def test_every_source_has_its_driver_module_task_module_yaml_and_schema_entry():
@@ -46,7 +47,7 @@ def test_a_source_offers_exactly_the_shared_options_it_honours(name):
 
 def test_no_module_outside_the_seam_names_a_source():
     """No if-chain on a source's name: only its own modules, the schema and its tests name it."""
-    allowed = {"xpdist/core/schema_data.py"}
+    allowed = set()
     for path in (REPO / "xpdist").rglob("*.py"):
         rel = path.relative_to(REPO).as_posix()
         if "/data_sources/" in rel or rel in allowed:
@@ -79,10 +80,17 @@ def test_validation_split_changes_the_plan_where_honoured_and_is_refused_elsewhe
     assert err.value.key == "dataset.validation_split" and "num_validation_examples" in str(err.value)
 
 
+@dataclasses.dataclass
+class ToyDataset(InMemoryDataset):
+    name: str = "toy"
+    per_replica_batch_size: int = 8
+
+
 class Toy(data_sources.InMemorySpec):
     """A toy in-memory source: 40 examples, an image shape."""
 
     name = "toy"
+    config = ToyDataset
     images = True
 
     def size(self, cfg, launch_dir):
@@ -93,17 +101,19 @@ class Toy(data_sources.InMemorySpec):
 
 
 def test_a_registered_source_is_counted_by_the_plan_and_recorded(tmp_path):
-    data_sources.DATA_SOURCES.register("toy")(Toy())
+    options.register_data_source("toy", Toy(), task=__name__)
+    schema.register_configs()
     try:
-        cfg = plain("dataset=digits", "dataset.validation_split=0.25", "model=cnn")
-        cfg.dataset.name = "toy"  # as a toy's own YAML and schema entry would compose it
+        cfg = plain("dataset=toy", "dataset.validation_split=0.25", "model=cnn")  # composed from its schema
+        assert schema.OPTIONS["dataset"]["toy"] is ToyDataset and cfg.dataset.per_replica_batch_size == 8
+        schema.check_keys(cfg)
         data_checks.check_source(cfg, tmp_path)
         plan = planning.make_plan(cfg, tmp_path)
         assert (plan.num_train, plan.num_val) == (30, 10)
         (train, val) = data_sources.describe(cfg, plan, tmp_path)
         assert train["name"] == "toy-train" and val["source"] == "xpdist:toy"
     finally:
-        data_sources.DATA_SOURCES.unregister("toy")
+        options.unregister("dataset", "toy")
 
 
 def test_the_worked_example_of_contributing_md_plans_and_loads(tmp_path):
@@ -119,7 +129,7 @@ def test_the_worked_example_of_contributing_md_plans_and_loads(tmp_path):
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     driver_code, task_code = code.split("# xpdist/task/data_sources/foo.py")
     driver, task = types.ModuleType("foo_driver"), types.ModuleType("foo_task")
-    exec(compile(driver_code, "contributing.md", "exec"), driver.__dict__)
+    exec(compile(driver_code, "contributing.md", "exec", dont_inherit=True), driver.__dict__)  # as its own module
     exec(compile(task_code, "contributing.md", "exec"), task.__dict__)
     data_sources.DATA_SOURCES.register("foo")(driver.SPEC)
     task_sources.SOURCES.register("foo")(task)

@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Dict, List
 
 import pytest
+from omegaconf import OmegaConf
 
 from tests.unit.unit_helpers import CONF, plain
-from xpdist.core import schema
+from xpdist.core import options, schema
+from xpdist.core.clusters import ClusterBase
 from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir
@@ -124,7 +126,7 @@ def test_the_hydra_launcher_that_schedules_sweep_jobs_is_an_engines_word():
 # ---- a toy engine, known to the registry and the schema only --------------------------------------
 
 @dataclass
-class ToyCluster(schema.ClusterBase):
+class ToyCluster(ClusterBase):
     name: str = "toy"
     # Refused by the toy's preflight when above 1.
     helpers: int = 1
@@ -176,18 +178,18 @@ class Toy(engines.Engine):
 
 
 @pytest.fixture
-def toy(monkeypatch):
-    monkeypatch.setitem(schema.OPTIONS["cluster"], "toy", ToyCluster)
-    engines.ENGINES.register("toy")(Toy)
+def toy():
+    options.register_engine("toy", ToyCluster, engine=Toy)
+    schema.register_configs()
     yield
-    engines.ENGINES.unregister("toy")
+    options.unregister("cluster", "toy")
     Toy.started = []
 
 
 def toy_config(tmp_path, *overrides: str):
     cfg = plain(f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "tracking.system_metrics_interval_s=0.3",
-                *overrides)
-    cfg.cluster = {"name": "toy", "_target_": None, "helpers": 1}
+                "cluster=toy", *overrides)  # composed from its schema, no YAML
+    assert OmegaConf.to_container(cfg.cluster) == {"name": "toy", "_target_": None, "helpers": 1}
     return cfg
 
 

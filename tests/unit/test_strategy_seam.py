@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from tests.unit.unit_helpers import CONF, plain
 from xpdist.core import plan as planning
-from xpdist.core import schema, strategies
+from xpdist.core import options, schema, strategies
 from xpdist.core.errors import ConfigError
 from xpdist.core.registry import Registry
 from xpdist.driver.checks import check
@@ -88,10 +88,10 @@ def test_the_tuning_group_rule_reads_the_specs():
     assert strategies.applied_groups("no_such_strategy") == ()
 
 
-# ---- a toy strategy, known to the registry and the schema only -----------------------------------
+# ---- a toy strategy, registered through the public API only ------------------------------------
 
 @dataclass
-class ToyStrategy(schema.StrategyBase):
+class ToyStrategy(strategies.StrategyBase):
     name: str = "toy"
 
 
@@ -99,6 +99,7 @@ class Toy(strategies.StrategySpec):
     """Three replicas over a cluster of workers, tuned by cross_ops; refuses seed=13."""
 
     name = "toy"
+    config = ToyStrategy
     applies_to = ("cross_ops",)
     needs = strategies.WORKERS
     keras3_fit = strategies.Keras3Fit.wrong_metrics
@@ -113,16 +114,16 @@ class Toy(strategies.StrategySpec):
 
 
 @pytest.fixture
-def toy(monkeypatch):
-    monkeypatch.setitem(schema.OPTIONS["strategy"], "toy", ToyStrategy)
-    strategies.STRATEGIES.register("toy")(Toy())
+def toy():
+    options.register_strategy("toy", Toy(), task="tests.unit.test_strategy_seam")
+    schema.register_configs()
     yield
-    strategies.STRATEGIES.unregister("toy")
+    options.unregister("strategy", "toy")
 
 
 def toy_config(*overrides: str):
-    cfg = plain("cluster=localhost", *overrides)
-    cfg.strategy = {"name": "toy"}
+    cfg = plain("strategy=toy", "cluster=localhost", *overrides)  # composed from its schema, no YAML
+    assert OmegaConf.to_container(cfg.strategy) == {"name": "toy"}
     return cfg
 
 

@@ -4,6 +4,7 @@ they compose, are refused before TensorFlow in one line naming the key, and are 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from tests.unit.test_cli import assert_rejected
 from tests.unit.unit_helpers import plain
 from xpdist.core import schema
 from xpdist.core.errors import ConfigError
-from xpdist.core.schema_training import CALLBACKS
+from xpdist.core.schema.training import CALLBACKS
 from xpdist.driver.checks import preflight
 from xpdist.tracking.params import run_params
 
@@ -99,6 +100,35 @@ def test_unknown_options_are_refused(override):
     (["callbacks=[early_stopping]", "callbacks.early_stopping.monitor=loss", "callbacks.early_stopping.mode=up"],
      "callbacks.early_stopping.mode", "auto, min or max"),
     (["trainer.profile_steps=[3]"], "trainer.profile_steps", "it takes two step numbers"),
+    # value rules declared on the options' fields (xpdist/core/rules.py)
+    (["loss=huber", "loss.delta=-1"], "loss.delta", "must be above 0"),
+    (["schedule=exponential", "schedule.decay_rate=0"], "schedule.decay_rate", "must be above 0"),
+    (["schedule=polynomial", "schedule.power=-2"], "schedule.power", "must be above 0"),
+    (["loss=binary_crossentropy", "loss.label_smoothing=1.5"], "loss.label_smoothing", "between 0 and 1"),
+    (["schedule=cosine", "schedule.alpha=-0.5"], "schedule.alpha", "between 0 and 1"),
+    (["schedule=cosine", "schedule.warmup_start=-0.1"], "schedule.warmup_start", "0 or more"),
+    (["schedule=exponential", "schedule.decay_epochs=0"], "schedule.decay_epochs", "must be above 0"),
+    (["schedule=polynomial", "schedule.end_learning_rate=-1"], "schedule.end_learning_rate", "0 or more"),
+    (["schedule=piecewise", "schedule.factors=[1,-0.1]"], "schedule.factors", "every factor must be above 0"),
+    (["schedule=cosine", "schedule.warmup_epochs=-1"], "schedule.warmup_epochs", "must be 0 or more"),
+    (["optimizer=adamw", "optimizer.beta_1=1"], "optimizer.beta_1", "below 1"),
+    (["optimizer=lion", "optimizer.beta_2=-0.1"], "optimizer.beta_2", "below 1"),
+    (["optimizer=rmsprop", "optimizer.rho=1.5"], "optimizer.rho", "below 1"),
+    (["optimizer.momentum=2"], "optimizer.momentum", "between 0 and 1"),
+    (["optimizer=adamw", "optimizer.epsilon=-1e-7"], "optimizer.epsilon", "0 or more"),
+    (["optimizer=adagrad", "optimizer.initial_accumulator_value=-1"], "optimizer.initial_accumulator_value",
+     "0 or more"),
+    (["optimizer=adamw", "optimizer.weight_decay=-0.1"], "optimizer.weight_decay", "0 or more"),
+    (["optimizer.clipnorm=-1"], "optimizer.clipnorm", "0 or more"),
+    (["optimizer.lr_scaling=linear", "optimizer.reference_batch_size=0"], "optimizer.reference_batch_size",
+     "1 or more"),
+    (["optimizer=adam", "optimizer.learning_rate=0"], "optimizer.learning_rate", "must be above 0"),
+    (["callbacks=[early_stopping]", "callbacks.early_stopping.monitor=loss", "callbacks.early_stopping.patience=-1"],
+     "callbacks.early_stopping.patience", "0 or more"),
+    (["callbacks=[reduce_lr_on_plateau]", "callbacks.reduce_lr_on_plateau.monitor=loss",
+      "callbacks.reduce_lr_on_plateau.factor=1"], "callbacks.reduce_lr_on_plateau.factor", "below 1"),
+    (["callbacks=[reduce_lr_on_plateau]", "callbacks.reduce_lr_on_plateau.monitor=loss",
+      "callbacks.reduce_lr_on_plateau.min_lr=-1"], "callbacks.reduce_lr_on_plateau.min_lr", "0 or more"),
     (["trainer.profile_steps=[5,2]"], "trainer.profile_steps", "the run has steps 0 to"),
     (["trainer.epochs=1", "trainer.profile_steps=[0,100000]"], "trainer.profile_steps", "the run has steps 0 to"),
     (["strategy=parameter_server", "cluster=localhost", "cluster.ps=1", "trainer=ctl", "trainer.profile_steps=[1,2]"],
@@ -122,6 +152,9 @@ def test_keras_targets_are_left_to_the_task_and_others_must_import(tmp_path):
     (["loss=custom", "loss._target_=no_such_pkg.Loss"], "loss._target_", "no module"),
     (["callbacks=[early_stoping]"], "callbacks", "Did you mean early_stopping?"),
     (["callbacks.early_stopping.patience=3"], "callbacks.early_stopping.patience", "callbacks=[early_stopping]"),
+    (["loss=huber", "loss.delta=-1"], "loss.delta", "must be above 0"),
+    (["schedule=exponential", "schedule.decay_rate=0"], "schedule.decay_rate", "must be above 0"),
+    (["schedule=polynomial", "schedule.power=-2"], "schedule.power", "must be above 0"),
 ])
 def test_the_cli_says_it_in_one_line_with_exit_2_and_no_store(xpdist, overrides, key, says):
     line = assert_rejected(xpdist, xpdist.run(*overrides, timeout=120, fork="check"), key)
@@ -156,3 +189,24 @@ def test_the_large_batch_recipe_composes_and_passes_preflight(tmp_path):
     cfg = plain("recipe=large_batch", "trainer.epochs=6")
     assert cfg.optimizer.lr_scaling == "linear" and cfg.schedule.warmup_epochs > 0
     preflight.check(cfg, tmp_path)
+
+
+def test_a_value_rule_stays_where_an_option_changes_its_fields_default():
+    """A subclass that changes a default declares the field again: it must keep the base's rule."""
+    from xpdist.core import rules
+
+    classes = [cls for options in (*schema.OPTIONS.values(), *schema.MULTI_GROUPS.values()) for cls in options.values()]
+    for cls in classes:
+        for field in dataclasses.fields(cls):
+            ruled = [base for base in cls.__mro__[1:] if dataclasses.is_dataclass(base)
+                     and any(f.name == field.name and rules.of(f) for f in dataclasses.fields(base))]
+            assert not ruled or rules.of(field), f"{cls.__name__}.{field.name} lost the rule of {ruled[0].__name__}"
+
+
+def test_each_rule_is_worded_in_the_configuration_reference():
+    from tests.helpers import REPO
+
+    page = (REPO / "docs" / "configuration.md").read_text()
+    assert "| `loss.delta` | float | `1.0` | Where the loss turns from quadratic to linear (keras.losses.Huber's delta). " \
+           "Must be above 0. |" in page
+    assert "Must be above 0. |" in page.split("### schedule=polynomial", 1)[1].split("###", 1)[0]

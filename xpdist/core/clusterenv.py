@@ -5,7 +5,7 @@ how many workers the plan counts; the task uses it to decide whether it writes t
 outputs, and how TensorFlow finds the cluster. Nothing else reads TF_CONFIG or SLURM_* for that.
 
 Which of them a process reads is its `cluster` option's `place` (a class attribute of its
-schema entry, xpdist/core/schema.py): one process reads nothing, TF_CONFIG_PLACE the TF_CONFIG
+dataclass, xpdist/core/clusters/): one process reads nothing, TF_CONFIG_PLACE the TF_CONFIG
 variable, SLURM_PLACE the variables srun sets. An engine that starts its tasks another way
 names one of these places (Ray Train, for one, sets TF_CONFIG); none of this module knows
 the engines by name.
@@ -18,12 +18,12 @@ import json
 import os
 from typing import Dict, List, Mapping, Optional
 
-from xpdist.core import schema, strategies
+from xpdist.core import clusters, strategies
 from xpdist.core.errors import ConfigError
 
 # Job names TF_CONFIG may use.
 TF_CONFIG_JOBS = ("chief", "worker", "ps", "evaluator")
-# The places a cluster option's tasks learn their part from (schema.ClusterBase.place).
+# The places a cluster option's tasks learn their part from (clusters.ClusterBase.place).
 ALONE_PLACE, TF_CONFIG_PLACE, SLURM_PLACE = "", "TF_CONFIG", "SLURM"
 
 
@@ -103,7 +103,7 @@ class ClusterEnv:
 
         A malformed TF_CONFIG reads as a single task: preflight's check_tf_config reports it.
         """
-        option = schema.OPTIONS["cluster"].get(kind, schema.ClusterBase)
+        option = clusters.get(kind) if kind in clusters.CLUSTERS else clusters.ClusterBase
         return _READERS[option.place](kind, environ)
 
 

@@ -155,7 +155,7 @@ def epoch_steps(steps_per_epoch, num_train: int, global_batch: int) -> int:
 
 
 def steps_per_execution(cfg, steps_per_epoch: int, num_replicas: int) -> int:
-    """trainer.steps_per_execution, or for null the auto value (see schema.TrainerBase).
+    """trainer.steps_per_execution, or for null the auto value (see schema.optim.TrainerBase).
 
     The auto value divides the steps per epoch: Keras 3 runs whole executions, so an epoch
     of 20 steps at 8 per call would run 24. It stays 1 with several replicas: Keras 3's

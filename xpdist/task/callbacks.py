@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List
 
 from xpdist.core.registry import Registry
-from xpdist.core.schema_training import chosen_callbacks
+from xpdist.core.schema.training import chosen_callbacks
 from xpdist.task.targets import flavour, resolve
 
 # callbacks option -> builder(keras, options).

@@ -1,7 +1,9 @@
 """The data source seam, driver half: what xpdist knows about each `dataset` option, without TensorFlow.
 
 Each module of this package (digits.py, tfrecord.py, ...) is one data source and holds its
-`SPEC`, a `DataSourceSpec` that answers every question the driver has about it: the shared
+schema dataclass (the keys of dataset=NAME, extending one of the bases below) and
+its `SPEC`, a `DataSourceSpec` that answers every question the driver has about it: its schema
+(`config`), the shared
 input options it honours (`honours`, exactly the shared keys of its schema dataclass), how many
 training and validation examples a config gives (`split_sizes`), its preflight checks
 (`preflight`), its input shape where it is known before TensorFlow runs (`input_shape`), and
@@ -9,8 +11,10 @@ how the run records its data (`record`). In-memory and streamed sources alike: t
 preflight and the run's dataset inputs ask the spec, none compares a source's name. The task
 half (how tf.data reads it) is the module of the same name in xpdist/task/data_sources/.
 
-Adding a data source `foo` is four files: `foo.py` here, `xpdist/task/data_sources/foo.py`,
-`conf/dataset/foo.yaml` and its dataclass in xpdist/core/schema_data.py (DATASETS).
+Adding a data source `foo` is three files: `foo.py` here, `xpdist/task/data_sources/foo.py`
+and `conf/dataset/foo.yaml`; every list of data sources (the key checks, --help, the
+configuration reference) is read from DATA_SOURCES. A user's package registers its own with
+`xpdist.core.options.register_data_source` (docs/contributing.md).
 
 Example:
     n_train, n_val = data_sources.of(cfg).split_sizes(cfg, launch_dir, global_batch)
@@ -20,11 +24,67 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Callable, ClassVar, Dict, List, Optional, Tuple
 
+from omegaconf import MISSING
+
 from xpdist.core.errors import ConfigError
 from xpdist.core.registry import Registry
+
+# ---- the schema the sources share: each source's dataclass extends one of these ------------
+
+class AutoShardPolicy(Enum):
+    # By file where there are at least as many files as workers, else by example.
+    auto = 0
+    # Each worker reads whole files of its own.
+    file = 1
+    # Every worker reads every file and keeps every N-th example.
+    data = 2
+    # No sharding: every worker reads all of the data.
+    off = 3
+
+
+class Compression(Enum):
+    none = 0
+    GZIP = 1
+    ZLIB = 2
+
+
+@dataclass
+class DatasetBase:
+    # Fixed by each option, and what the code dispatches on: choose another with dataset=NAME.
+    name: str = MISSING
+    # Examples in each replica's batch; the global batch is this x the number of replicas.
+    per_replica_batch_size: int = 32
+    # Fraction of the examples held out for validation (0 disables validation). tfrecord and
+    # custom do not split their data: they take validation_files / num_validation_examples.
+    validation_split: float = 0.0
+    # Batches prepared ahead: -1 lets tf.data tune it (AUTOTUNE), 0 disables prefetching.
+    prefetch: int = -1
+
+
+@dataclass
+class InMemoryDataset(DatasetBase):
+    # Shuffle buffer in examples. 0: each pass is an exact seeded permutation of the whole
+    # training set, identical whatever the strategy or trainer; N > 0: tf.data's shuffle
+    # with an N-example buffer (less memory, order depends on TensorFlow's seeding).
+    shuffle_buffer: int = 0
+
+
+@dataclass
+class FileDataset(DatasetBase):
+    # Shuffle buffer in examples; 0 shuffles the file order only.
+    shuffle_buffer: int = 0
+    # Cache the examples after reading: none, memory, or a file path (tf.data's cache file).
+    cache: str = "none"
+    # Drop a last partial validation batch (training batches are always whole).
+    drop_remainder: bool = True
+    # How a multi-worker run splits the input among workers (tf.data's AutoShardPolicy):
+    # auto (by file where every worker gets a file, else by example), file, data, or off.
+    auto_shard_policy: AutoShardPolicy = AutoShardPolicy.auto
 
 
 def _shuffle_buffer(value) -> None:
@@ -63,6 +123,7 @@ class DataSourceSpec:
 
     Class attributes:
         name: the option's name, the same as its module's.
+        config: its schema, a dataclass extending DatasetBase (or InMemoryDataset, FileDataset).
         honours: the SHARED_OPTIONS its pipeline honours, the same as its schema's shared keys.
         source_type: how MLflow records where the data comes from: "code" or "local" (files).
         images: its examples can be images (a conv net's input), named where model=cnn is refused.
@@ -72,6 +133,7 @@ class DataSourceSpec:
     """
 
     name: ClassVar[str] = ""
+    config: ClassVar[type] = DatasetBase
     honours: ClassVar[Tuple[str, ...]] = ()
     source_type: ClassVar[str] = "code"
     images: ClassVar[bool] = False

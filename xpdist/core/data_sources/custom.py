@@ -2,17 +2,38 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 import hashlib
 import json
 from pathlib import Path
+from typing import Any, Dict, Optional
 
 from xpdist.core.data_sources import DataSourceSpec
 from xpdist.core.errors import ConfigError
+from xpdist.core.data_sources import DatasetBase
+from xpdist.core.rules import open_mapping
 from xpdist.core.targets import check_target
+
+@dataclass
+class CustomDataset(DatasetBase):
+    name: str = "custom"
+    # Dotted path of the user's function fn(input_context, batch_size, split, **kwargs)
+    # returning a tf.data.Dataset of (features, labels) batches; see docs/data.md.
+    _target_: str = "xpdist.task.data_sources.custom.example_dataset"
+    # Extra keyword arguments for the function. Add one with dataset.kwargs.NAME=VALUE.
+    kwargs: Dict[str, Any] = field(default_factory=open_mapping)
+    # Training examples per epoch (its steps per epoch: this // global batch). null: the
+    # size is unknown, and trainer.steps_per_epoch must be set.
+    num_examples: Optional[int] = None
+    # Validation examples per epoch (0: no validation, the function is not asked for it).
+    num_validation_examples: int = 0
+    # Classes of integer labels (labels 0..N-1); 0: labels are regression targets.
+    num_classes: int = 0
 
 
 class Custom(DataSourceSpec):
     name = "custom"
+    config = CustomDataset
     # The function shuffles, caches and shards its data itself; xpdist repeats and prefetches it.
     validation_fix = "Set dataset.validation_split=0 and use dataset.num_validation_examples."
     # Validation: the function's split="validation" data, whose size the config declares.

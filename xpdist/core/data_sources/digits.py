@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from xpdist.core.data_sources import InMemorySpec
+from xpdist.core.data_sources import InMemoryDataset
+
+@dataclass
+class DigitsDataset(InMemoryDataset):
+    name: str = "digits"
+    validation_split: float = 0.2
 
 
 class Digits(InMemorySpec):
     name = "digits"
+    config = DigitsDataset
     images = True
 
     def size(self, cfg, launch_dir) -> int:

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import List
 
 from xpdist.core import datafiles
 from xpdist.core.data_sources import DataSourceSpec
 from xpdist.core.errors import ConfigError
+from xpdist.core.data_sources import FileDataset
+
+@dataclass
+class ImageFolderDataset(FileDataset):
+    name: str = "image_folder"
+    # A directory with one subfolder of JPEG/PNG images per class (relative to the launch
+    # directory); classes are the subfolder names in alphabetical order.
+    path: str = ""
+    # Images are resized to height x width.
+    image_size: List[int] = field(default_factory=lambda: [64, 64])
+    validation_split: float = 0.2
 
 
 class ImageFolder(DataSourceSpec):
     name = "image_folder"
+    config = ImageFolderDataset
     images = True
     honours = ("validation_split", "shuffle_buffer", "prefetch", "cache", "drop_remainder", "auto_shard_policy")
     source_type = "local"

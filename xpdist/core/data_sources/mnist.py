@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from xpdist.core.data_sources import InMemorySpec
+from xpdist.core.data_sources import InMemoryDataset
+
+@dataclass
+class MnistDataset(InMemoryDataset):
+    name: str = "mnist"
+    per_replica_batch_size: int = 64
+    validation_split: float = 0.1
 
 
 class Mnist(InMemorySpec):
     name = "mnist"
+    config = MnistDataset
     images = True
 
     def size(self, cfg, launch_dir) -> int:

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
-import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+import zipfile
 
 from xpdist.core import datafiles
 from xpdist.core.data_sources import InMemorySpec
 from xpdist.core.errors import ConfigError
+from xpdist.core.data_sources import InMemoryDataset
 
 SAVE = "Save it with numpy.savez(path, x=..., y=...)."
 
 
+@dataclass
+class NpzDataset(InMemoryDataset):
+    name: str = "npz"
+    # Path of a .npz file holding arrays `x` and `y` (relative to the launch directory).
+    path: str = ""
+
+
 class Npz(InMemorySpec):
     name = "npz"
+    config = NpzDataset
     images = True
     source_type = "local"
 

@@ -12,20 +12,35 @@ streamed pipeline of the user's own is `dataset=custom`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any, Dict
 
 from hydra.utils import get_class
 
 from xpdist.core.data_sources import InMemorySpec
 from xpdist.core.errors import ConfigError
+from xpdist.core.data_sources import InMemoryDataset
+from xpdist.core.rules import open_mapping
 from xpdist.core.targets import check_target
 
 FIX = ("Give module.Class of an InMemorySpec subclass (docs/data.md, 'A source of your own'), with its "
        "package installed or on PYTHONPATH.")
 
 
+@dataclass
+class PluginDataset(InMemoryDataset):
+    name: str = "plugin"
+    # Dotted path of your own source: an InMemorySpec subclass (its driver half: size, checks)
+    # with an arrays(cfg, rng, launch_dir) method returning (x, y) NumPy arrays; docs/data.md.
+    _target_: str = "xpdist.core.data_sources.plugin.GaussianBlobs"
+    # Your source's own keys, read by your class. Add one with dataset.kwargs.NAME=VALUE.
+    kwargs: Dict[str, Any] = field(default_factory=open_mapping)
+
+
 class Plugin(InMemorySpec):
     name = "plugin"
+    config = PluginDataset
 
     def resolve(self, cfg) -> InMemorySpec:
         """The spec of the user's class that dataset._target_ names.

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Dict, List
 
 from xpdist.core import datafiles
 from xpdist.core.data_sources import DataSourceSpec
 from xpdist.core.errors import ConfigError
+from xpdist.core.data_sources import Compression, FileDataset
+from xpdist.core.rules import open_mapping
 
 # tf.io.FixedLenFeature's dtypes.
 DTYPES = ("float32", "int64", "string")
@@ -16,8 +20,27 @@ FIX = "Set dataset.features={NAME: {dtype: float32, shape: [8]}, label: {dtype: 
 KEYS = {"train": ("dataset.files", "files"), "validation": ("dataset.validation_files", "validation_files")}
 
 
+@dataclass
+class TfrecordDataset(FileDataset):
+    name: str = "tfrecord"
+    # Globs of TFRecord files of tf.train.Example (relative to the launch directory).
+    files: List[str] = field(default_factory=list)
+    # Globs of the validation files (empty: no validation).
+    validation_files: List[str] = field(default_factory=list)
+    # Feature name -> {dtype: float32|int64|string, shape: [..]}; the label is one of them.
+    features: Dict[str, Any] = field(default_factory=open_mapping)
+    # The feature that is the label; the other features are the model's input (one feature:
+    # that tensor; several: they are concatenated after flattening).
+    label: str = "label"
+    # Classes of an int64 label (labels 0..N-1); 0: the label is a regression target.
+    num_classes: int = 0
+    # Compression of the files: none, GZIP or ZLIB.
+    compression: Compression = Compression.none
+
+
 class Tfrecord(DataSourceSpec):
     name = "tfrecord"
+    config = TfrecordDataset
     images = True
     validation_fix = "Set dataset.validation_split=0 and use dataset.validation_files."
     validation_key, validation_example = "validation_files", "[data/val-*.tfrecord]"

@@ -1,20 +1,21 @@
 """The strategy seam, driver half: what xpdist knows about each `strategy` option, without TensorFlow.
 
 Each module of this package (default.py, mirrored.py, ...) is one strategy option and holds
-its `SPEC`, a `StrategySpec` that answers every question the rest of xpdist has about it:
-which other config groups tune it (`applies_to`), what it needs from the cluster group
-(`needs`), how many replicas a config gives (`replicas`), which Keras it needs with which
-trainer (`keras_flavour`), and its own preflight checks (`preflight`). The plan, preflight,
-the params, the launchers and the trainers ask the spec; none of them compares a strategy's
-name. The task half (how TensorFlow builds it) is the module of the same name in
-xpdist/task/strategies/.
+its schema dataclass (its keys, their types, defaults and value rules) and its `SPEC`, a
+`StrategySpec` that answers every question the rest of xpdist has about it: its schema
+(`config`), which other config groups tune it (`applies_to`), what it needs from the cluster
+group (`needs`), how many replicas a config gives (`replicas`), which Keras it needs with
+which trainer (`keras_flavour`), and its own preflight checks (`preflight`). The plan,
+preflight, the params, the launchers and the trainers ask the spec; none of them compares a
+strategy's name, and every list of strategies (the key checks, --help, the configuration
+reference) is read from STRATEGIES. The task half (how TensorFlow builds it) is the module
+of the same name in xpdist/task/strategies/.
 
-Adding a strategy `foo` is four files: `foo.py` here, `xpdist/task/strategies/foo.py`,
-`conf/strategy/foo.yaml` and its dataclass in xpdist/core/schema.py (OPTIONS["strategy"]).
-The registry reads this package's modules on first use; a user's own strategy registers
-with `STRATEGIES.register("foo")(FooSpec())`. A user's own subclass of a strategy's
-TensorFlow class needs none of this: `strategy._target_` names it, and it is planned and
-checked as the option it extends (examples/my_project/my_strategies.py).
+Adding a strategy `foo` is three files: `foo.py` here, `xpdist/task/strategies/foo.py` and
+`conf/strategy/foo.yaml`. A user's package registers its own with
+`xpdist.core.options.register_strategy` (docs/contributing.md). A user's own subclass of a
+strategy's TensorFlow class needs none of this: `strategy._target_` names it, and it is
+planned and checked as the option it extends (examples/my_project/my_strategies.py).
 
 Example:
     spec = strategies.of(cfg)
@@ -24,9 +25,12 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 import enum
 import sys
-from typing import Callable, ClassVar, Dict, List, Tuple
+from typing import Callable, ClassVar, Dict, List, Optional, Tuple
+
+from omegaconf import MISSING
 
 from xpdist.core.errors import ConfigError
 from xpdist.core.registry import Registry
@@ -81,11 +85,32 @@ class Keras3Fit(enum.Enum):
     cannot_train = "cannot_train"
 
 
+@dataclass
+class StrategyBase:
+    # Fixed by each option, and what the code dispatches on: choose another with strategy=NAME.
+    name: str = MISSING
+
+
+@dataclass
+class ClassStrategy(StrategyBase):
+    # Your own subclass of this option's TensorFlow class (module.Class), built with the same
+    # arguments; the option's plan, checks and cluster stay. null: TensorFlow's class.
+    _target_: Optional[str] = None
+
+
+@dataclass
+class LocalDevicesStrategy(ClassStrategy):
+    # Devices to use, e.g. ["/cpu:0", "/cpu:1"]. Empty: every visible GPU, else every
+    # (logical) CPU.
+    devices: List[str] = field(default_factory=list)
+
+
 class StrategySpec:
     """One `strategy` option, as the driver and the planner see it. Subclass it, one per module.
 
     Class attributes, each with the value most strategies have:
         name: the option's name, the same as its module's.
+        config: its schema, a dataclass extending StrategyBase whose `name` defaults to name.
         applies_to: the TUNING_GROUPS that tune it.
         needs: what it needs from the cluster group (ONE_PROCESS, WORKERS, CHIEF_WORKERS_PS).
         uses_devices: it places replicas on this process's devices (plan.devices lists them).
@@ -100,6 +125,7 @@ class StrategySpec:
     """
 
     name: ClassVar[str] = ""
+    config: ClassVar[type] = StrategyBase
     applies_to: ClassVar[Tuple[str, ...]] = ()
     needs: ClassVar[ClusterNeeds] = ONE_PROCESS
     uses_devices: ClassVar[bool] = True

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from xpdist.core.strategies import StrategySpec
+from dataclasses import dataclass
+
+from xpdist.core.strategies import StrategyBase, StrategySpec
+
+@dataclass
+class DefaultStrategy(StrategyBase):
+    name: str = "default"
 
 
 class Default(StrategySpec):
     name = "default"
+    config = DefaultStrategy
     uses_devices = False  # TensorFlow places ops itself
     auto_steps_per_execution = True
 

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-import socket
+from dataclasses import dataclass
 from pathlib import Path
+import socket
 from urllib.parse import urlparse
 
 from xpdist.core.errors import ConfigError
-from xpdist.core.strategies import StrategySpec
+from xpdist.core.strategies import ClassStrategy, StrategySpec
+
+@dataclass
+class TpuStrategy(ClassStrategy):
+    name: str = "tpu"
+    # The TPU name or grpc:// address handed to TPUClusterResolver; "local" for a TPU VM's
+    # own chips.
+    tpu: str = "local"
 
 
 class Tpu(StrategySpec):
     name = "tpu"
+    config = TpuStrategy
     # The cores of the TPU system it connects to: the plan says 1 until the task reports them.
     replicas_at_run_time = True
 

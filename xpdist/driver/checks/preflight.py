@@ -93,24 +93,14 @@ def _check_devices(cfg) -> None:
 
 
 def _check_numbers(cfg) -> None:
-    positive = {
-        "dataset.per_replica_batch_size": cfg.dataset.per_replica_batch_size,
-        "trainer.epochs": cfg.trainer.epochs,
-        "optimizer.learning_rate": cfg.optimizer.learning_rate,
-    }
-    if cfg.trainer.steps_per_execution is not None:
-        positive["trainer.steps_per_execution"] = cfg.trainer.steps_per_execution
-    if cfg.trainer.steps_per_epoch is not None:
-        positive["trainer.steps_per_epoch"] = cfg.trainer.steps_per_epoch
-    for key, value in positive.items():
-        if value <= 0:
-            raise ConfigError(key, value, "must be above 0", f"Set {key} to a positive value.")
+    """The data set's two shared numbers (each source sets its own defaults for them); the
+    trainer's and optimizer's are rules on their fields (xpdist/core/rules.py), checked with the keys."""
+    if cfg.dataset.per_replica_batch_size <= 0:
+        raise ConfigError("dataset.per_replica_batch_size", cfg.dataset.per_replica_batch_size, "must be above 0",
+                          "Set dataset.per_replica_batch_size to a positive value.")
     split = cfg.dataset.validation_split
     if not 0 <= split < 1:
         raise ConfigError("dataset.validation_split", split, "must be in [0, 1)", "Use e.g. 0.2, or 0 for none.")
-    for key in ("keep_checkpoints", "log_every_n_steps"):
-        if cfg.trainer[key] < 0:
-            raise ConfigError(f"trainer.{key}", cfg.trainer[key], "must be 0 or more", "Use 0 to disable.")
 
 
 def _check_precision(cfg) -> None:

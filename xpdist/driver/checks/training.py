@@ -2,7 +2,9 @@
 
 Without TensorFlow: a `_target_` is looked up (its top-level package found, nothing run),
 lengths are compared with the plan's epochs, and what one Keras flavour lacks is refused
-with the flavour named. A metric name is checked in the task, by Keras itself.
+with the flavour named. A metric name is checked in the task, by Keras itself. A rule on one
+value (a rate above 0, a fraction) is declared on its field instead (xpdist/core/rules.py) and
+checked with the keys, before these.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from xpdist.core import data_sources
 from xpdist.core import plan as planning
 from xpdist.core import strategies
 from xpdist.core.errors import ConfigError
-from xpdist.core.schema_training import chosen_callbacks
+from xpdist.core.schema.training import chosen_callbacks
 
 # Optimizer options and keys that tf-keras (keras=legacy) lacks.
 _KERAS3_ONLY_OPTIMIZERS = ("lamb",)
@@ -74,29 +76,19 @@ def _check_optimizer(cfg, plan: planning.Plan) -> None:
         if plan.keras == "legacy" and opt.get(key) is not None:
             raise ConfigError(f"optimizer.{key}", opt[key], f"{flavour}, which this run uses, has no {key}",
                               f"Drop optimizer.{key}, or use a strategy and trainer that run on Keras 3.")
-    for key in ("global_clipnorm", "clipnorm", "clipvalue", "weight_decay"):
-        if opt.get(key) is not None and opt[key] < 0:
-            raise ConfigError(f"optimizer.{key}", opt[key], "must be 0 or more", "Use null for none.")
     clips = [key for key in ("global_clipnorm", "clipnorm", "clipvalue") if opt.get(key) is not None]
     if len(clips) > 1:  # Keras refuses more than one at construction
         raise ConfigError(f"optimizer.{clips[1]}", opt[clips[1]], f"Keras takes one clipping key, and "
                           f"optimizer.{clips[0]} is set", "Set only one of global_clipnorm, clipnorm, clipvalue.")
-    steps = opt.get("gradient_accumulation_steps")
-    if steps is not None and steps < 1:
-        raise ConfigError("optimizer.gradient_accumulation_steps", steps, "must be 1 or more", "Use null for none.")
 
 
 def _check_schedule(cfg) -> None:
     opt, epochs = cfg.schedule, cfg.trainer.epochs
     warmup = opt.get("warmup_epochs", 0.0)
-    if warmup < 0:
-        raise ConfigError("schedule.warmup_epochs", warmup, "must be 0 or more", "Use 0 for no warmup.")
     if warmup >= epochs:
         raise ConfigError("schedule.warmup_epochs", warmup, f"the warmup would last the whole training "
                           f"(trainer.epochs={epochs})", "Use fewer warmup epochs or more trainer.epochs.")
     decay = opt.get("decay_epochs")
-    if decay is not None and decay <= 0:
-        raise ConfigError("schedule.decay_epochs", decay, "must be above 0", "Use null for the rest of training.")
     if decay is not None and opt.name != "exponential" and warmup + decay > epochs:
         raise ConfigError("schedule.decay_epochs", decay, f"warmup ({warmup}) and decay are longer than training "
                           f"(trainer.epochs={epochs})", "Shorten it, or use null for the rest of training.")

@@ -11,12 +11,13 @@ engine's class or instance; none of them compares the cluster option's name.
 
 Why a package of its own beside driver/processes/: processes/ is the process toolbox every
 engine shares (start a task in its own process group, stop it, follow a log, read a task's
-outcome, and localhost's multi-process Cluster); an engine is the policy that uses it. So a
-new engine is one module here, plus `conf/cluster/<name>.yaml` and its dataclass in
-xpdist/core/schema.py (OPTIONS["cluster"]), whose `place` says where its tasks read their
-part of the cluster (core/clusterenv.py). A user's own engine is usually a subclass of one of
-these, named by `cluster._target_` (see `of`); one with keys of its own registers with
-`ENGINES.register("foo")(Foo)`.
+outcome, and localhost's multi-process Cluster); an engine is the policy that uses it. Each
+option's keys are its dataclass in xpdist/core/clusters/ (the task reads its `place` too, and
+core cannot import the driver), registered under the same name. So a new engine is one module
+here, one in xpdist/core/clusters/ and `conf/cluster/<name>.yaml`. A user's own engine is
+usually a subclass of one of these, named by `cluster._target_` (see `of`); one with keys of
+its own registers with `xpdist.core.options.register_engine(name, config, engine)`, whose
+engine class this registry imports when it is first asked for.
 
 Example:
     engine = engines.for_job(cfg, plan, job)
@@ -128,7 +129,7 @@ class Engine:
         return {}
 
 
-ENGINES: Registry[Type[Engine]] = Registry("cluster", package=__name__, attribute="ENGINE")
+ENGINES: Registry[Type[Engine]] = Registry("cluster", package=__name__, attribute="ENGINE", half="engine")
 
 
 def get(name: str) -> Type[Engine]:

@@ -17,7 +17,8 @@ from typing import Any, Optional
 
 from xpdist.core.registry import Registry
 
-STRATEGIES: Registry[ModuleType] = Registry("strategy", package=__name__)
+# A user's strategy (xpdist.core.options.register_strategy) adds its task half by path.
+STRATEGIES: Registry[ModuleType] = Registry("strategy", package=__name__, half="task")
 
 
 def configure_devices(tf, cfg) -> None:
