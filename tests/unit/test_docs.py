@@ -319,10 +319,6 @@ def test_the_clusters_a_multi_process_strategy_can_use_are_the_engines_that_run_
         assert set(re.findall(r"`(\w+)`", row.group(1))) == clustered, (name, row.group(1))
 
 
-# The YAML comment feeds docs/configuration.md, which is regenerated from the configs on the
-# branch that derives it from the registries: the comment is fixed together with that page.
-@pytest.mark.xfail(strict=True, reason="conf/strategy/parameter_server.yaml's comment omits cluster=ray; "
-                   "fix it when docs/configuration.md is next regenerated, then drop this mark")
 def test_the_strategy_yaml_comments_name_the_same_clusters():
     clustered = clustered_engines()
     for name in multi_process_strategies():

@@ -14,7 +14,7 @@ from xpdist.core.data_sources import FileDataset
 @dataclass
 class ImageFolderDataset(FileDataset):
     name: str = "image_folder"
-    # A directory with one subfolder of JPEG/PNG images per class (relative to the launch
+    # A directory with one subfolder of JPEG, PNG, BMP or GIF images per class (relative to the launch
     # directory); classes are the subfolder names in alphabetical order.
     path: str = ""
     # Images are resized to height x width.
