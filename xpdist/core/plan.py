@@ -10,7 +10,7 @@ import dataclasses
 import math
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from xpdist.core import data_sources, strategies
 from xpdist.core.clusterenv import ClusterEnv
@@ -19,6 +19,35 @@ from xpdist.core.datafiles import resolve_path  # noqa: F401
 # Re-exported: they lived here, and tests still reach them as plan.gpu_count (its cache_clear)
 from xpdist.core.devices import gpu_count, local_devices, parse_device  # noqa: F401
 from xpdist.core.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Resize:
+    """A run continued at another size (tracking.resume): what it continues from, and how its
+    learning rate carries on. Written by the driver into the plan, read by the task.
+
+    The optimizer's step counter (`iterations`) is restored from the checkpoint; where the
+    global batch changed, so did the steps of an epoch, and the schedule is read at
+    `iterations + lr_step_offset`, the step the run would have reached at the new size.
+    """
+
+    # The checkpoint's epoch: training continues at the next one.
+    at_epoch: int
+    # The size before: replicas, batches, the plan's (peak) learning rate, steps per epoch.
+    from_replicas: int
+    from_global_batch: int
+    from_per_replica_batch: int
+    from_learning_rate: float
+    # tracking.resize_keep: global_batch or per_replica_batch.
+    keep: str
+    # Added to the optimizer's step counter to read the schedule (carried over every resize).
+    lr_step_offset: int = 0
+    # The warmup again: from warmup_from_rate (the rate of the checkpoint's last step) to the
+    # schedule's rate over warmup_steps optimizer steps, starting at step warmup_start.
+    warmup_start: int = 0
+    warmup_steps: int = 0
+    warmup_from_rate: float = 0.0
+
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
@@ -41,6 +70,12 @@ class Plan:
     run_name: str
     # Training steps per tf.function call (trainer.steps_per_execution, or its auto value).
     steps_per_execution: int = 1
+    # A run continued at another size (tracking.resume), else None.
+    resize: Optional[Resize] = None
+
+    def __post_init__(self):
+        if isinstance(self.resize, dict):  # read back from job.json or resolved.json
+            object.__setattr__(self, "resize", Resize(**self.resize))
 
 
 def keras_flavour(cfg) -> str:
@@ -202,3 +237,42 @@ def with_replicas(cfg, plan: Plan, num_replicas: int) -> Plan:
     if not cfg.tracking.run_name:
         fields["run_name"] = run_name(cfg, fields)
     return Plan(**fields)
+
+
+# Config keys that say how big a run is: a resumed run may change them (tracking.resume).
+SIZE_KEYS = ("devices.logical_cpus", "cluster.workers", "cluster.ps", "strategy.devices")
+# Params that follow from the size: the plan derives them again for a run resumed at another size.
+SIZE_PARAMS = ("num_replicas", "global_batch_size", "per_replica_batch_size", "learning_rate", "devices",
+               "steps_per_execution")
+KEEP_GLOBAL, KEEP_PER_REPLICA = "global_batch", "per_replica_batch"
+
+
+def at_size(cfg, plan: Plan, global_batch: int, per_replica_batch: int, keep: str, key: str, received) -> Plan:
+    """The plan of a run that trained with (global_batch, per_replica_batch), now at the replica
+    count of `plan`: by default the global batch is kept and the per-replica batch re-derived,
+    so that the run trains on the same global batches with the same learning rate; with
+    keep=per_replica_batch the global batch follows the replicas and the learning rate
+    follows it by optimizer.lr_scaling.
+
+    Args:
+        key, received: the size key that changed and its value, named by the error.
+
+    Raises:
+        ConfigError: a global batch the replica count cannot divide, with the counts that can.
+    """
+    n = plan.num_replicas
+    if keep == KEEP_PER_REPLICA:
+        per, glob = per_replica_batch, per_replica_batch * n
+    else:
+        if global_batch % n:
+            works = [d for d in range(1, global_batch + 1) if global_batch % d == 0]
+            near = sorted(works, key=lambda d: (abs(d - n), d))[:2]
+            raise ConfigError(key, received, f"the run's global batch {global_batch} cannot be split over {n} "
+                              f"replicas", f"Resume on {' or '.join(map(str, sorted(near)))} replicas, or keep "
+                              f"the per-replica batch (tracking.resize_keep=per_replica_batch).")
+        per, glob = global_batch // n, global_batch
+    steps = epoch_steps(cfg.trainer.steps_per_epoch, plan.num_train, glob)
+    return dataclasses.replace(plan, per_replica_batch_size=per, global_batch_size=glob,
+                               learning_rate=learning_rate(cfg, glob), steps_per_epoch=steps,
+                               validation_steps=plan.num_val // glob,
+                               steps_per_execution=steps_per_execution(cfg, steps, n))

@@ -153,7 +153,9 @@ def _prepare(config: Dict[str, Any], plain, ctx: JobContext, uri: str, job: JobD
     preflight.check_tracking_uri(uri)
     prepared = _Prepared(plan, ClusterEnv.from_environ(plain.cluster.name))
     if plain.tracking.resume:
-        prepared.resumed = resume.prepare(uri, plain.tracking.resume, _creation_params(config, plan), job)
+        prepared.resumed = resume.prepare(uri, plain.tracking.resume, plain, plan,
+                                          lambda p: _creation_params(config, p), job)
+        prepared.plan = plan = prepared.resumed.plan  # at the run's batch sizes, if its size changed
     elif prepared.cluster_env.is_chief and not ctx.parent_run_id:
         # A SLURM job that SLURM requeued continues its run; its task resumes from the job dir.
         prepared.reopened = requeue.find_run(uri, plain.tracking.experiment)
