@@ -562,7 +562,8 @@ class TrackingConfig:
     # mlflow.tensorflow under tf-keras) with signature and input example, and model.keras.
     log_model: bool = True
     # Continue this FAILED or KILLED run (its id) from its last checkpoint, into the same
-    # MLflow run; every other key must be as it was. null: a new run.
+    # MLflow run; every other key must be as it was, but the size keys (devices.logical_cpus,
+    # cluster.workers, cluster.ps: docs/lifecycle.md). null: a new run.
     resume: Optional[str] = None
     # A resumed run at another replica count (devices.logical_cpus, cluster.workers, ...):
     # keep its global batch (and learning rate), or its per-replica batch (docs/lifecycle.md).
