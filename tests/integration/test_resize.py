@@ -144,3 +144,24 @@ def test_per_replica_batch_kept_scales_the_learning_rate(xpdist):
     rates = sorted((m.step, m.value) for m in xpdist.client().get_metric_history(run_id, "learning_rate"))
     assert [round(rate, 6) for _, rate in rates] == [0.001, 0.001, 0.002]
     assert_nothing_left(xpdist)
+
+
+@pytest.mark.cluster
+def test_parameter_server_run_resumed_on_fewer_parameter_servers(xpdist):
+    """Variables sharded over 2 parameter servers (min_size shards of 4 bytes: every kernel and
+    bias is split) continue on 1: a tf.train.Checkpoint saves a ShardedVariable as slices of
+    one whole variable, which TensorFlow restores into however many shards the new cluster has."""
+    overrides = ["strategy=parameter_server", "strategy.variable_partitioner=min_size", "strategy.min_shard_bytes=4",
+                 "cluster=localhost", "cluster.workers=2", *COMMON, *fail_once(xpdist.workdir / "trained-once")]
+    overrides[overrides.index("callbacks.custom._target_=resize_callbacks.FailOnce")] += "Legacy"  # tf-keras' fit
+    run_id = failed_run(xpdist, [*overrides, "cluster.ps=2"])
+    resumed = xpdist.run(*overrides, "cluster.ps=1", f"tracking.resume={run_id}", env=ENV, timeout=400)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    change = "1 -> 1 replicas, cluster.ps 2 -> 1, global batch 16 kept"
+    assert change in resumed.stderr
+    assert_resized(xpdist, run_id, [1, 1, 1], change)
+    # Training went on from the restored weights and Adam's moments: asynchronous updates differ
+    # from run to run, but a model started again would be back near ln(10) = 2.30 at its first epoch.
+    losses = [m.value for m in sorted(xpdist.client().get_metric_history(run_id, "loss"), key=lambda m: m.step)]
+    assert losses[2] < losses[1] < losses[0], losses
+    assert_nothing_left(xpdist)
