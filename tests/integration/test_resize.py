@@ -165,3 +165,27 @@ def test_parameter_server_run_resumed_on_fewer_parameter_servers(xpdist):
     losses = [m.value for m in sorted(xpdist.client().get_metric_history(run_id, "loss"), key=lambda m: m.step)]
     assert losses[2] < losses[1] < losses[0], losses
     assert_nothing_left(xpdist)
+
+
+def test_streamed_source_says_its_batches_change(xpdist):
+    """A user's dataset function makes each replica's batches itself: after a resize they are
+    not the ones the run would have seen, which the resumed run says in one line and tags."""
+    custom = ["dataset=custom", "dataset._target_=tests.userpkg.data.blobs", "dataset.num_classes=3",
+              "dataset.num_examples=256", "dataset.num_validation_examples=64", "model=mlp",
+              "model.hidden_units=[8]", "dataset.per_replica_batch_size=16"]
+    overrides = ["strategy=mirrored", *custom, *fail_once(xpdist.workdir / "trained-once")]
+    overrides[overrides.index("+callbacks.custom.kwargs.epoch=3")] = "+callbacks.custom.kwargs.epoch=1"
+    proc = xpdist.run(*overrides, "devices.logical_cpus=1", env=ENV)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (run,) = xpdist.runs()
+    (xpdist.workdir / "trained-once").touch()
+    resumed = xpdist.run(*overrides, "devices.logical_cpus=2", f"tracking.resume={run.info.run_id}", env=ENV)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    note = ("dataset=custom streams its data: after the resize its batches are not the ones the run would "
+            "have seen")
+    assert [line for line in resumed.stderr.splitlines() if line.startswith("xpdist: note:")] == [f"xpdist: note: {note}"]
+    run = xpdist.client().get_run(run.info.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["xpdist.resized_data_order"] == note
+    assert run.data.tags["xpdist.resized"].startswith("from epoch 1: 1 -> 2 replicas")
+    assert_nothing_left(xpdist)
