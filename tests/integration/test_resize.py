@@ -85,6 +85,7 @@ def assert_nothing_left(xpdist) -> None:
 
 
 def test_mirrored_run_resumed_on_more_replicas(xpdist):
+    # Over 60 s: three trainings (failed, resumed on 4 replicas of 2 cores, the reference) and two refusals.
     overrides = ["strategy=mirrored", *COMMON, *fail_once(xpdist.workdir / "trained-once")]
     run_id = failed_run(xpdist, [*overrides, "devices.logical_cpus=2"])
 
@@ -114,6 +115,7 @@ def test_mirrored_run_resumed_on_more_replicas(xpdist):
 
 @pytest.mark.cluster
 def test_multi_worker_run_resumed_on_one_worker(xpdist):
+    # Over 60 s: three trainings, two of them clusters of two workers.
     overrides = ["strategy=multi_worker_mirrored", "cluster=localhost", "trainer=ctl", *COMMON,
                  *fail_once(xpdist.workdir / "trained-once")]
     run_id = failed_run(xpdist, [*overrides, "cluster.workers=2"])
@@ -150,7 +152,10 @@ def test_per_replica_batch_kept_scales_the_learning_rate(xpdist):
 def test_parameter_server_run_resumed_on_fewer_parameter_servers(xpdist):
     """Variables sharded over 2 parameter servers (min_size shards of 4 bytes: every kernel and
     bias is split) continue on 1: a tf.train.Checkpoint saves a ShardedVariable as slices of
-    one whole variable, which TensorFlow restores into however many shards the new cluster has."""
+    one whole variable, which TensorFlow restores into however many shards the new cluster has.
+
+    Over 60 s: two clusters of a chief, two workers and parameter servers, each importing TensorFlow.
+    """
     overrides = ["strategy=parameter_server", "strategy.variable_partitioner=min_size", "strategy.min_shard_bytes=4",
                  "cluster=localhost", "cluster.workers=2", *COMMON, *fail_once(xpdist.workdir / "trained-once")]
     overrides[overrides.index("callbacks.custom._target_=resize_callbacks.FailOnce")] += "Legacy"  # tf-keras' fit

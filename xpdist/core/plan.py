@@ -19,34 +19,8 @@ from xpdist.core.datafiles import resolve_path  # noqa: F401
 # Re-exported: they lived here, and tests still reach them as plan.gpu_count (its cache_clear)
 from xpdist.core.devices import gpu_count, local_devices, parse_device  # noqa: F401
 from xpdist.core.errors import ConfigError
-
-
-@dataclasses.dataclass(frozen=True)
-class Resize:
-    """A run continued at another size (tracking.resume): what it continues from, and how its
-    learning rate carries on. Written by the driver into the plan, read by the task.
-
-    The optimizer's step counter (`iterations`) is restored from the checkpoint; where the
-    global batch changed, so did the steps of an epoch, and the schedule is read at
-    `iterations + lr_step_offset`, the step the run would have reached at the new size.
-    """
-
-    # The checkpoint's epoch: training continues at the next one.
-    at_epoch: int
-    # The size before: replicas, batches, the plan's (peak) learning rate, steps per epoch.
-    from_replicas: int
-    from_global_batch: int
-    from_per_replica_batch: int
-    from_learning_rate: float
-    # tracking.resize_keep: global_batch or per_replica_batch.
-    keep: str
-    # Added to the optimizer's step counter to read the schedule (carried over every resize).
-    lr_step_offset: int = 0
-    # The warmup again: from warmup_from_rate (the rate of the checkpoint's last step) to the
-    # schedule's rate over warmup_steps optimizer steps, starting at step warmup_start.
-    warmup_start: int = 0
-    warmup_steps: int = 0
-    warmup_from_rate: float = 0.0
+# Re-exported: the plan's record of a resize, and what it keeps
+from xpdist.core.resize import KEEP_GLOBAL, KEEP_PER_REPLICA, Resize  # noqa: F401
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,7 +218,6 @@ SIZE_KEYS = ("devices.logical_cpus", "cluster.workers", "cluster.ps", "strategy.
 # Params that follow from the size: the plan derives them again for a run resumed at another size.
 SIZE_PARAMS = ("num_replicas", "global_batch_size", "per_replica_batch_size", "learning_rate", "devices",
                "steps_per_execution")
-KEEP_GLOBAL, KEEP_PER_REPLICA = "global_batch", "per_replica_batch"
 
 
 def at_size(cfg, plan: Plan, global_batch: int, per_replica_batch: int, keep: str, key: str, received) -> Plan:
