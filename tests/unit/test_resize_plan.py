@@ -10,6 +10,7 @@ from tests.unit.unit_helpers import plain
 from xpdist.core import plan as planning
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir, JobSpec
+from xpdist.driver.jobs import resize
 
 SIZE = ["strategy=mirrored", "dataset.per_replica_batch_size=16", "dataset.num_examples=640",
         "optimizer.learning_rate=0.1", "optimizer.lr_scaling=linear"]
@@ -53,3 +54,23 @@ def test_the_resize_travels_to_the_task_in_the_job_spec(tmp_path):
     job = JobDir(tmp_path / "job")
     JobSpec({"seed": 1}, plan, "sqlite:///x.db", str(tmp_path)).write(job)
     assert JobSpec.read(job).plan == plan
+
+
+@pytest.mark.parametrize("overrides, steps", [
+    ([], 640 // 64),  # no warmup in the schedule: one epoch at the new size
+    (["schedule=cosine", "schedule.warmup_epochs=0.5"], 5),  # the schedule's own warmup, in new steps
+    (["tracking.resize_warmup_steps=0"], 0),  # at once
+    (["tracking.resize_warmup_steps=7"], 7),
+])
+def test_warmup_after_a_resize_is_stated_in_steps(tmp_path, overrides, steps):
+    cfg = plain(*SIZE, "devices.logical_cpus=4", *overrides)
+    plan = planning.at_size(cfg, planning.make_plan(cfg, tmp_path), 32, 16, planning.KEEP_PER_REPLICA,
+                            "devices.logical_cpus", 4)
+    assert resize._warmup_steps(cfg, plan) == steps
+
+
+def test_a_negative_warmup_is_one_line(tmp_path):
+    cfg = plain(*SIZE, "devices.logical_cpus=4", "tracking.resize_warmup_steps=-1")
+    with pytest.raises(ConfigError) as err:
+        resize._warmup_steps(cfg, planning.make_plan(cfg, tmp_path))
+    assert str(err.value).startswith("tracking.resize_warmup_steps=-1: a number of optimizer steps must be 0 or more")

@@ -17,6 +17,7 @@ import time
 from typing import Dict, Optional
 
 from xpdist.core import data_sources
+from xpdist.core.errors import ConfigError
 from xpdist.core.plan import KEEP_PER_REPLICA, SIZE_KEYS, SIZE_PARAMS, Plan, Resize, at_size, epoch_steps
 from xpdist.tracking import store
 
@@ -93,8 +94,12 @@ def _from_to(what: str, before, after) -> str:
 
 def _warmup_steps(cfg, plan: Plan) -> int:
     """tracking.resize_warmup_steps, else the schedule's own warmup at the new steps per epoch, else one epoch."""
-    if cfg.tracking.resize_warmup_steps is not None:
-        return int(cfg.tracking.resize_warmup_steps)
+    steps = cfg.tracking.resize_warmup_steps
+    if steps is not None:
+        if steps < 0:
+            raise ConfigError("tracking.resize_warmup_steps", steps, "a number of optimizer steps must be 0 or more",
+                              "Use 0 (the new rate at once) or a number of steps, e.g. 100.")
+        return int(steps)
     epochs = float(cfg.schedule.get("warmup_epochs", 0.0) or 0.0)
     return max(1, int(round(epochs * plan.steps_per_epoch))) if epochs > 0 else plan.steps_per_epoch
 
