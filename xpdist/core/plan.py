@@ -10,7 +10,7 @@ import dataclasses
 import math
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from xpdist.core import data_sources, strategies
 from xpdist.core.clusterenv import ClusterEnv
@@ -19,6 +19,9 @@ from xpdist.core.datafiles import resolve_path  # noqa: F401
 # Re-exported: they lived here, and tests still reach them as plan.gpu_count (its cache_clear)
 from xpdist.core.devices import gpu_count, local_devices, parse_device  # noqa: F401
 from xpdist.core.errors import ConfigError
+# Re-exported: the plan's record of a resize, and what it keeps
+from xpdist.core.resize import KEEP_GLOBAL, KEEP_PER_REPLICA, Resize  # noqa: F401
+
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
@@ -41,6 +44,12 @@ class Plan:
     run_name: str
     # Training steps per tf.function call (trainer.steps_per_execution, or its auto value).
     steps_per_execution: int = 1
+    # A run continued at another size (tracking.resume), else None.
+    resize: Optional[Resize] = None
+
+    def __post_init__(self):
+        if isinstance(self.resize, dict):  # read back from job.json or resolved.json
+            object.__setattr__(self, "resize", Resize(**self.resize))
 
 
 def keras_flavour(cfg) -> str:
@@ -202,3 +211,41 @@ def with_replicas(cfg, plan: Plan, num_replicas: int) -> Plan:
     if not cfg.tracking.run_name:
         fields["run_name"] = run_name(cfg, fields)
     return Plan(**fields)
+
+
+# Config keys that say how big a run is: a resumed run may change them (tracking.resume).
+SIZE_KEYS = ("devices.logical_cpus", "cluster.workers", "cluster.ps", "strategy.devices")
+# Params that follow from the size: the plan derives them again for a run resumed at another size.
+SIZE_PARAMS = ("num_replicas", "global_batch_size", "per_replica_batch_size", "learning_rate", "devices",
+               "steps_per_execution")
+
+
+def at_size(cfg, plan: Plan, global_batch: int, per_replica_batch: int, keep: str, key: str, received) -> Plan:
+    """The plan of a run that trained with (global_batch, per_replica_batch), now at the replica
+    count of `plan`: by default the global batch is kept and the per-replica batch re-derived,
+    so that the run trains on the same global batches with the same learning rate; with
+    keep=per_replica_batch the global batch follows the replicas and the learning rate
+    follows it by optimizer.lr_scaling.
+
+    Args:
+        key, received: the size key that changed and its value, named by the error.
+
+    Raises:
+        ConfigError: a global batch the replica count cannot divide, with the counts that can.
+    """
+    n = plan.num_replicas
+    if keep == KEEP_PER_REPLICA:
+        per, glob = per_replica_batch, per_replica_batch * n
+    else:
+        if global_batch % n:
+            works = [d for d in range(1, global_batch + 1) if global_batch % d == 0]
+            near = sorted(works, key=lambda d: (abs(d - n), d))[:2]
+            raise ConfigError(key, received, f"the run's global batch {global_batch} cannot be split over {n} "
+                              f"replicas", f"Resume on {' or '.join(map(str, sorted(near)))} replicas, or keep "
+                              f"the per-replica batch (tracking.resize_keep=per_replica_batch).")
+        per, glob = global_batch // n, global_batch
+    steps = epoch_steps(cfg.trainer.steps_per_epoch, plan.num_train, glob)
+    return dataclasses.replace(plan, per_replica_batch_size=per, global_batch_size=glob,
+                               learning_rate=learning_rate(cfg, glob), steps_per_epoch=steps,
+                               validation_steps=plan.num_val // glob,
+                               steps_per_execution=steps_per_execution(cfg, steps, n))

@@ -19,7 +19,7 @@ from xpdist.core.jobdir import JobDir, JobSpec, MetricFile, RunReady
 from xpdist.core.plan import Plan, resolved_at_run_time, with_replicas
 from xpdist.core.registry import Registry
 from xpdist.task.clipping import after_all_reduce
-from xpdist.task import boot, data, export, flops, models, precision, profile, schedules, strategies
+from xpdist.task import boot, data, export, flops, models, precision, profile, resize, schedules, strategies
 from xpdist.task.train import ctl, fit, ps_ctl
 from xpdist.task.train.common import TrainContext
 
@@ -92,6 +92,7 @@ def build_context(tf, cfg, spec: JobSpec, strategy, job: JobDir, cluster: Cluste
         model = models.build_model(keras, cfg, arrays.input_shape, arrays.num_outputs)
         model = precision.float32_output(keras, cfg, model)
         learning_rate = schedules.build(keras, cfg, plan)  # the plan's rate, or a schedule of it
+        learning_rate = resize.learning_rate(keras, plan, learning_rate)  # carried on after a resize
         optimizer = models.build_optimizer(keras, cfg, learning_rate)
         optimizer = precision.wrap_optimizer(keras, cfg, after_all_reduce(keras, optimizer))
     logger = MetricFile(job.metrics) if cluster.is_chief else None

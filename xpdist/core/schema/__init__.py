@@ -44,6 +44,14 @@ class KerasFlavour(Enum):
     legacy = 2
 
 
+class ResizeKeep(Enum):
+    # The global batch and learning rate stay; each replica's batch is re-derived.
+    global_batch = 0
+    # Each replica's batch stays; the global batch follows the replicas, the learning rate
+    # follows optimizer.lr_scaling, reached by a warmup (tracking.resize_warmup_steps).
+    per_replica_batch = 1
+
+
 # ---- keys outside the groups ---------------------------------------------------------------
 
 @dataclass
@@ -69,8 +77,15 @@ class TrackingConfig:
     # mlflow.tensorflow under tf-keras) with signature and input example, and model.keras.
     log_model: bool = True
     # Continue this FAILED or KILLED run (its id) from its last checkpoint, into the same
-    # MLflow run; every other key must be as it was. null: a new run.
+    # MLflow run; every other key must be as it was, but the size keys (devices.logical_cpus,
+    # cluster.workers, cluster.ps: docs/lifecycle.md). null: a new run.
     resume: Optional[str] = None
+    # A resumed run at another replica count (devices.logical_cpus, cluster.workers, ...):
+    # keep its global batch (and learning rate), or its per-replica batch (docs/lifecycle.md).
+    resize_keep: ResizeKeep = ResizeKeep.global_batch
+    # resize_keep=per_replica_batch: optimizer steps over which the learning rate rises from
+    # the run's last rate to the new one (null: the schedule's warmup_epochs, else one epoch; 0: at once).
+    resize_warmup_steps: Optional[int] = field(default=None, metadata=rules.at_least(0, "Use 0 for at once."))
     # Seconds between two heartbeats of the driver on its run (the xpdist.heartbeat tag).
     heartbeat_s: float = 10.0
     # A RUNNING run whose heartbeat is older than this many seconds (and than 3 of its own

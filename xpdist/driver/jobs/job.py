@@ -132,7 +132,9 @@ def _prepare(cfg: DictConfig, ctx: JobContext, uri: str, job: JobDir) -> _Prepar
     preflight.check_tracking_uri(uri)
     prepared = _Prepared(plan, ClusterEnv.from_environ(cfg.cluster.name))
     if cfg.tracking.resume:
-        prepared.resumed = resume.prepare(uri, cfg.tracking.resume, _creation_params(as_data(cfg), plan), job)
+        prepared.resumed = resume.prepare(uri, cfg.tracking.resume, cfg, plan,
+                                          lambda p: _creation_params(as_data(cfg), p), job)
+        prepared.plan = plan = prepared.resumed.plan  # at the run's batch sizes, if its size changed
     elif prepared.cluster_env.is_chief and not ctx.parent_run_id:
         # A SLURM job that SLURM requeued continues its run; its task resumes from the job dir.
         prepared.reopened = requeue.find_run(uri, cfg.tracking.experiment)

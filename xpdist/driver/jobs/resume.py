@@ -8,23 +8,32 @@ This is what a SLURM requeue (`sbatch --requeue`, with the run id in the job scr
 Kubernetes restart of the driver runs. Checkpoints come from the run's job directory
 (the xpdist.job_dir tag) when it is still there, else from the run's `checkpoints/`
 artifacts, which are logged whatever the run's status.
+
+Only the size keys may change (core/plan.py SIZE_KEYS: devices.logical_cpus, cluster.workers,
+cluster.ps, strategy.devices): the run then continues at the new size (resize.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List, Optional
 
 from xpdist.core.errors import ConfigError
 from xpdist.core.jobdir import JobDir
+from xpdist.core.outcome import Status
+from xpdist.core.plan import SIZE_KEYS, SIZE_PARAMS, Plan, resolved_at_run_time
+from xpdist.driver.jobs import resize
 from xpdist.tracking import store
 
 # Params that may differ between a run and its resumption: where and how it is recorded.
 _FREE = ("tracking.",)
-_RESUMABLE = ("FAILED", "KILLED")
+_RESUMABLE = (Status.FAILED, Status.KILLED)
+# Params that name a config group's option.
+_OPTIONS = ("strategy", "cluster", "model", "dataset", "trainer")
 
 
 @dataclass
@@ -34,14 +43,25 @@ class Resumed:
     logged_epochs: List[int] = field(default_factory=list)
     # The epoch of the checkpoint training continues from (0: none, from the start).
     from_epoch: int = 0
+    # The plan it continues with: the one given, or at the run's batch sizes after a resize.
+    plan: Optional[Plan] = None
+    # Tags to set when the run is reopened (a resize: its size, the change, the data order).
+    tags: Dict[str, str] = field(default_factory=dict)
+    # num_replicas before a resize, logged as a metric at the epochs it trained (steps).
+    replicas_before: Optional[int] = None
 
 
-def prepare(uri: str, run_id: str, params: Dict[str, str], job: JobDir) -> Resumed:
-    """Checks that run_id can be resumed with these params and puts its checkpoints in job.
+def prepare(uri: str, run_id: str, cfg, plan: Plan, params_of: Callable[[Plan], Dict[str, str]],
+            job: JobDir) -> Resumed:
+    """Checks that run_id can be resumed with this config and puts its checkpoints in job.
+
+    Args:
+        cfg: the plain config; plan: its plan; params_of: the params a run of a plan is created with.
 
     Raises:
-        ConfigError: no such run, a run not FAILED or KILLED, a param that changed, or
-            epochs logged but no checkpoint to continue from.
+        ConfigError: no such run, a run not FAILED or KILLED, a param that changed (other than
+            its size), a global batch the new size cannot divide, or epochs logged but no
+            checkpoint to continue from.
     """
     from mlflow.exceptions import MlflowException
 
@@ -54,10 +74,13 @@ def prepare(uri: str, run_id: str, params: Dict[str, str], job: JobDir) -> Resum
     if run.info.status not in _RESUMABLE:
         raise ConfigError("tracking.resume", run_id, f"the run is {run.info.status}; only a FAILED or KILLED run "
                           "continues", "Start a new run (drop tracking.resume).")
-    before = run.data.params
+    before, params = run.data.params, params_of(plan)
+    sized = not resolved_at_run_time(plan) and before.get("num_replicas", "").isdigit()
+    resizable = SIZE_KEYS + SIZE_PARAMS if sized else ()
     # Config keys (dotted) before the summary params derived from them: the line names what the user typed.
-    for key in sorted(set(params) | set(before), key=lambda k: ("." not in k, k)):
-        if key.startswith(_FREE) or params.get(key) == before.get(key):
+    # An option changed (model=mlp) is named as the user typed it, before the keys it brings.
+    for key in sorted(set(params) | set(before), key=lambda k: (k not in _OPTIONS, "." not in k, k)):
+        if key.startswith(_FREE) or key in resizable or params.get(key) == before.get(key):
             continue
         raise ConfigError(key, params.get(key, "(unset)"), f"run {run_id} was trained with {key}="
                           f"{before.get(key, '(unset)')}; a resumed run keeps its params",
@@ -71,7 +94,11 @@ def prepare(uri: str, run_id: str, params: Dict[str, str], job: JobDir) -> Resum
         raise ConfigError("tracking.resume", run_id, f"the run logged {len(logged)} epochs but left no checkpoint",
                           "Start a new run (drop tracking.resume).")
     # An epoch logged after the last checkpoint is trained again but not logged again.
-    return Resumed(run_id, logged, from_epoch)
+    # The summary line names the run as MLflow does, not as this config would name a new one.
+    resumed = Resumed(run_id, logged, from_epoch, dataclasses.replace(plan, run_name=run.info.run_name))
+    if sized:
+        resize.apply(resumed, mlflow_client, run, cfg, params_of, before)
+    return resumed
 
 
 def _latest_epoch(folder: Path) -> int:
@@ -109,7 +136,11 @@ def reopen(uri: str, resumed: Resumed, tags: Dict[str, str]) -> str:
 
     def tags_for(run) -> Dict[str, str]:
         count = int(run.data.tags.get("xpdist.resumed", "0")) + 1
-        return {**keep, "xpdist.resumed": str(count), "xpdist.resumed_from_epoch": str(resumed.from_epoch)}
+        return {**keep, "xpdist.resumed": str(count), "xpdist.resumed_from_epoch": str(resumed.from_epoch),
+                **resumed.tags}
 
     store.reopen(uri, resumed.run_id, tags_for)
+    if resumed.replicas_before is not None:
+        resize.log_replicas_before(uri, resumed.run_id, resumed.replicas_before, resumed.from_epoch)
     return resumed.run_id
+

@@ -72,6 +72,8 @@ def record_epoch(ctx: TrainContext, epoch: int, logs: Dict[str, float], train_s:
     metrics["epoch_time_s"] = epoch_s
     metrics["examples_per_sec"] = steps * ctx.plan.global_batch_size / train_s if train_s > 0 else 0.0
     metrics["learning_rate"] = current_rate(ctx.optimizer, ctx.schedule)  # the epoch's last step's
+    if ctx.plan.resize is not None:  # a run resumed at another size: its chart shows the change
+        metrics["num_replicas"] = float(ctx.plan.num_replicas)
     ctx.last_epoch = epoch
     if ctx.logger is not None and epoch not in ctx.logged_epochs:
         ctx.logger.add(metrics, step=epoch)
