@@ -59,7 +59,7 @@ from typing import Dict, List
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a clone without an install
-from xpdist.core.jobdir import JobDir, JobSpec, MetricFile, TaskResult, read_metrics  # noqa: E402
+from xpdist.core.protocol.jobdir import JobDir, JobSpec, MetricFile, TaskResult, read_metrics  # noqa: E402
 from xpdist.driver.processes.localhost import free_ports  # noqa: E402  (portpicker, as the launcher)
 
 REPO = Path(__file__).resolve().parents[1]

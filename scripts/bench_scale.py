@@ -170,7 +170,7 @@ def relay_cost(epochs: int = 100) -> Dict[str, object]:
     from mlflow.tracking import MlflowClient
 
     sys.path.insert(0, str(REPO))
-    from xpdist.core.jobdir import MetricFile
+    from xpdist.core.protocol.jobdir import MetricFile
     from xpdist.tracking.relay import MetricRelay
 
     work = Path(tempfile.mkdtemp(prefix="xpdist-relay-bench-"))

@@ -20,12 +20,12 @@ import pytest
 sys.dont_write_bytecode = False
 
 from tests.helpers import Xpdist, store_template  # noqa: E402  (rewritten with its cache written)
-from xpdist.task.flops import CACHE_ENV as FLOPS_CACHE_ENV  # noqa: E402
+from xpdist.task.measure.flops import CACHE_ENV as FLOPS_CACHE_ENV  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)
 def flops_cache(tmp_path_factory) -> Path:
-    """The FLOP counts that runs keep for the next ones (xpdist/task/flops.py) go to a folder of
+    """The FLOP counts that runs keep for the next ones (xpdist/task/measure/flops.py) go to a folder of
     this test process, not to ~/.cache: a count kept by an earlier session, of older code,
     would stand in for the counting that the tests check."""
     folder = tmp_path_factory.mktemp("flops-cache")

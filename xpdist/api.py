@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
 from xpdist.core.errors import ConfigError, TaskError
-from xpdist.core.outcome import RESULT_FILE_ENV, JobResult, Status
+from xpdist.core.protocol.outcome import JobResult, RESULT_FILE_ENV, Status
 
 # How the command's one-line error starts (exit 2); the rest of the line becomes ConfigRejected.
 _ERROR_PREFIX = "xpdist: error: "

@@ -14,9 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xpdist.core import rules
-from xpdist.core.data_sources import InMemorySpec
+from xpdist.core.data_sources import InMemoryDataset, InMemorySpec
 from xpdist.core.errors import ConfigError
-from xpdist.core.data_sources import InMemoryDataset
 
 
 class Rings(InMemorySpec):

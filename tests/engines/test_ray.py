@@ -27,7 +27,7 @@ from typing import Dict, List
 import psutil
 import pytest
 
-from xpdist.core.jobdir import JobDir
+from xpdist.core.protocol.jobdir import JobDir
 from xpdist.driver.engines._ray_actors import job_key
 
 from tests import zygote

@@ -95,10 +95,10 @@ def _task(root: Path, cells: List[Cell]) -> None:
     from omegaconf import OmegaConf
 
     from xpdist.core.clusterenv import ClusterEnv
-    from xpdist.core.jobdir import JobDir, JobSpec
+    from xpdist.core.protocol.jobdir import JobDir, JobSpec
+    from xpdist.core.protocol.resolved import resolve
     from xpdist.core.schema import register_configs
     from xpdist.driver.checks import preflight
-    from xpdist.core.resolved import resolve
 
     jobs = []
     register_configs()

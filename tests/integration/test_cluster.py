@@ -23,8 +23,8 @@ import pytest
 from tests import zygote
 from tests.helpers import TINY, Xpdist, xpdist_env
 from xpdist.core.errors import ConfigError
-from xpdist.core.jobdir import JobDir
 from xpdist.core.clusterenv import check_tf_config
+from xpdist.core.protocol.jobdir import JobDir
 
 CLUSTER = pytest.mark.cluster
 SLOW = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""xpdist/task/profile.py: a real TensorFlow profiler trace of a few Model.fit steps, read back
+"""xpdist/task/measure/profile.py: a real TensorFlow profiler trace of a few Model.fit steps, read back
 into a per-step breakdown that tells an input-bound step from a compute-bound one.
 
 Each Keras flavour traces its two cases in one fresh interpreter (the flavour is fixed at
@@ -21,7 +21,7 @@ FIT = r"""
 import json, sys, time
 import numpy as np
 import tensorflow as tf
-from xpdist.task import profile
+from xpdist.task.measure import profile
 
 keras = tf.keras
 

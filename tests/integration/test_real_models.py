@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers import xpdist_env
 from xpdist.core import keras_apps
-from xpdist.task import flops
+from xpdist.task.measure import flops
 
 pytestmark = pytest.mark.slow
 

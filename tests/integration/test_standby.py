@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.helpers import LOG_MODEL, TINY, xpdist_env
-from xpdist.core.taskenv import Handoff
+from xpdist.core.protocol.taskenv import Handoff
 from xpdist.driver.processes import standby
 
 pytestmark = pytest.mark.slow

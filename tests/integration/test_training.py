@@ -9,7 +9,7 @@
 - fit and ctl end with the same weights (1e-5) under one_device with a warmup schedule,
   global_clipnorm and weight decay, and two replicas on the same global batch end with
   one_device's weights, mirrored under both trainers and multi_worker_mirrored on 2 localhost
-  workers under ctl: the clip acts on the summed gradient (xpdist/task/clipping.py), not on
+  workers under ctl: the clip acts on the summed gradient (xpdist/task/train/clipping.py), not on
   each replica's share. The parameter-server loop trains that configuration to a finite loss.
   The two 2-worker runs are also checked as a user sees them: params, epochs, every task's log,
   nothing left behind.

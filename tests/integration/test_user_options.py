@@ -24,8 +24,7 @@ PACKAGE = {
 
         from xpdist.core import options
         from xpdist.core.clusters import ClusterBase
-        from xpdist.core.data_sources import InMemorySpec
-        from xpdist.core.data_sources import InMemoryDataset
+        from xpdist.core.data_sources import InMemoryDataset, InMemorySpec
         from xpdist.core.strategies import StrategyBase, StrategySpec
 
 

@@ -16,8 +16,7 @@ from omegaconf import OmegaConf
 
 from tests.unit.unit_helpers import plain
 from xpdist.core.errors import ConfigError
-from xpdist.driver.checks import config_errors
-from xpdist.driver.checks import preflight
+from xpdist.driver.checks import config_errors, preflight
 
 TF_CONFIG_PS = '{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}}'
 

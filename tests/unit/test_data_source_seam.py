@@ -14,12 +14,10 @@ from pathlib import Path
 import pytest
 
 from tests.unit.unit_helpers import CONF, plain
-from xpdist.core import data_sources, options, schema
-from xpdist.core.errors import ConfigError
-from xpdist.core import plan as planning
+from xpdist.core import data_sources, options, plan as planning, schema
 from xpdist.core.data_sources import InMemoryDataset
-from xpdist.driver.checks import data as data_checks
-from xpdist.driver.checks import preflight
+from xpdist.core.errors import ConfigError
+from xpdist.driver.checks import data as data_checks, preflight
 
 REPO = Path(__file__).resolve().parents[2]
 DATASETS = schema.OPTIONS["dataset"]  # read from the sources' own modules
@@ -121,8 +119,7 @@ def test_the_worked_example_of_contributing_md_plans_and_loads(tmp_path):
     import re
     import types
 
-    from xpdist.task import data
-    from xpdist.task import data_sources as task_sources
+    from xpdist.task import data, data_sources as task_sources
 
     page = (REPO / "docs" / "contributing.md").read_text()
     section = page[page.index("## Adding a data source"):]

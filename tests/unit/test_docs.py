@@ -16,9 +16,9 @@ from omegaconf import OmegaConf
 from tests import zygote
 from tests.helpers import REPO, xpdist_env
 from tests.unit.unit_helpers import plain
+from xpdist.core.data_sources import FileDataset
 from xpdist.core.plan import keras_flavour
 from xpdist.core.schema import OPTIONS, check_keys
-from xpdist.core.data_sources import FileDataset
 from xpdist.driver.jobs import requeue
 from xpdist.driver.jobs.job import JobResult, print_summary
 from xpdist.report import summary

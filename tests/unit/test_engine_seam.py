@@ -24,12 +24,12 @@ from omegaconf import OmegaConf
 from tests.unit.unit_helpers import CONF, plain
 from xpdist.core import options, schema
 from xpdist.core.clusters import ClusterBase
-from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
-from xpdist.core.jobdir import JobDir
+from xpdist.core.clusterenv import ClusterEnv
+from xpdist.core.protocol.jobdir import JobDir
 from xpdist.driver import engines
-from xpdist.driver.jobs import job
 from xpdist.driver.checks import preflight
+from xpdist.driver.jobs import job
 from xpdist.driver.processes import process
 from xpdist.driver.processes.outcome import Outcome, outcome_from
 
@@ -137,7 +137,7 @@ class ToyCluster(ClusterBase):
 CHIEF = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from xpdist.core.jobdir import JobDir, TaskResult
+    from xpdist.core.protocol.jobdir import JobDir, TaskResult
     job = JobDir(Path(sys.argv[1]))
     while not job.run_ready.exists():
         time.sleep(0.05)

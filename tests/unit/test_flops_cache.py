@@ -1,11 +1,11 @@
-"""FLOP counts kept between runs (xpdist/task/flops.py): keyed by the whole training step,
+"""FLOP counts kept between runs (xpdist/task/measure/flops.py): keyed by the whole training step,
 only for steps made of Keras's own classes, read back whole or counted again."""
 
 from __future__ import annotations
 
 import pytest
 
-from xpdist.task import flops
+from xpdist.task.measure import flops
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from tests.unit.unit_helpers import plain
 from xpdist.core import plan as planning
 from xpdist.core.errors import ConfigError
-from xpdist.core.jobdir import JobDir, JobSpec, MetricFile, TaskResult, read_metrics
+from xpdist.core.protocol.jobdir import JobDir, JobSpec, MetricFile, TaskResult, read_metrics
 
 
 def make(tmp_path, *overrides):

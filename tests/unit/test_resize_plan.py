@@ -9,7 +9,7 @@ import pytest
 from tests.unit.unit_helpers import plain
 from xpdist.core import plan as planning
 from xpdist.core.errors import ConfigError
-from xpdist.core.jobdir import JobDir, JobSpec
+from xpdist.core.protocol.jobdir import JobDir, JobSpec
 from xpdist.driver.jobs import resize
 
 SIZE = ["strategy=mirrored", "dataset.per_replica_batch_size=16", "dataset.num_examples=640",

@@ -13,8 +13,8 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from tests.unit.unit_helpers import plain
-from xpdist.core.jobdir import JobDir
 from xpdist.core.plan import RESOLVED_BY_TASK, make_plan, with_replicas
+from xpdist.core.protocol.jobdir import JobDir
 from xpdist.driver.jobs import job as job_module
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from tests.unit.unit_helpers import plain
 from xpdist.core import plan as planning
-from xpdist.core.jobdir import JobDir, MetricFile
+from xpdist.core.protocol.jobdir import JobDir, MetricFile
 from xpdist.tracking import store as tracking
 from xpdist.tracking.relay import MetricRelay
 

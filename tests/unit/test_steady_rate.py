@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from xpdist.task import profile
+from xpdist.task.measure import profile
 from xpdist.task.train.common import steady_rate
 
 

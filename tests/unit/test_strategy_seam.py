@@ -15,12 +15,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.unit.unit_helpers import CONF, plain
-from xpdist.core import plan as planning
-from xpdist.core import options, schema, strategies
+from xpdist.core import options, plan as planning, schema, strategies
 from xpdist.core.errors import ConfigError
 from xpdist.core.registry import Registry
-from xpdist.driver.checks import check
-from xpdist.driver.checks import preflight
+from xpdist.driver.checks import check, preflight
 from xpdist.driver.processes import localhost
 from xpdist.tracking import params
 

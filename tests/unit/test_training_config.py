@@ -177,7 +177,8 @@ def test_every_new_key_is_a_param(tmp_path):
 
 def test_the_task_tables_name_exactly_the_schema_options():
     """One table per piece in the task, each naming the schema's options (no TensorFlow imported)."""
-    from xpdist.task import callbacks, losses, models, schedules
+    from xpdist.task import models
+    from xpdist.task.train import callbacks, losses, schedules
 
     assert set(losses.LOSSES) == set(schema.OPTIONS["loss"])
     assert set(schedules.SCHEDULES) == set(schema.OPTIONS["schedule"])

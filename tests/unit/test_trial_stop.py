@@ -10,7 +10,7 @@ import time
 
 import psutil
 
-from xpdist.core.jobdir import JobDir
+from xpdist.core.protocol.jobdir import JobDir
 from xpdist.driver.processes.outcome import Outcome
 from xpdist.driver.sweeps.tuning.trial import TrialWatch, stop_tasks
 

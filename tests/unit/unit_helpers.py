@@ -9,7 +9,7 @@ from pathlib import Path
 from omegaconf import OmegaConf, open_dict
 
 from tests.helpers import compose
-from xpdist.core.resolved import as_data
+from xpdist.core.protocol.resolved import as_data
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 

@@ -37,10 +37,10 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from xpdist.core.outcome import RESULT_FILE_ENV, JobResult, Status
-from xpdist.core.errors import ConfigError
 from xpdist.advisor import plan as advise_plan
 from xpdist.advisor.plan import Candidate, Settings
+from xpdist.core.errors import ConfigError
+from xpdist.core.protocol.outcome import JobResult, RESULT_FILE_ENV, Status
 
 # A probe's own error text that means it ran out of memory: TensorFlow's allocator
 # (ResourceExhaustedError, "OOM when allocating"), Python's MemoryError, or the kernel's OOM
@@ -91,7 +91,7 @@ def _preflight(words: List[str], launch_dir: Path):
     """
     from hydra import compose, initialize_config_module
 
-    from xpdist.core.resolved import resolve
+    from xpdist.core.protocol.resolved import resolve
     from xpdist.core.schema import register_configs
     from xpdist.driver.checks import preflight
 

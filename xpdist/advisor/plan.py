@@ -18,7 +18,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from xpdist.core import plan, strategies
 from xpdist.core.errors import ConfigError
-from xpdist.core.outcome import Status
+from xpdist.core.protocol.outcome import Status
 
 # Keys the advisor sets on each probe: the user cannot set them too.
 _CHOSEN = ("strategy", "cross_ops", "communication", "cluster", "devices.logical_cpus",

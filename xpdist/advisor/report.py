@@ -6,7 +6,7 @@ import csv
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from xpdist.core.outcome import Status
+from xpdist.core.protocol.outcome import Status
 
 # (row key, heading, format) of each column of the table.
 COLUMNS = (

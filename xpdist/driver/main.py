@@ -21,17 +21,15 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from xpdist.core.outcome import RESULT_FILE_ENV, JobResult, Status
-from xpdist.core.resolved import resolve
 from xpdist.core.errors import ConfigError
+from xpdist.core.protocol.outcome import JobResult, RESULT_FILE_ENV, Status
+from xpdist.core.protocol.resolved import resolve
 from xpdist.core.schema import register_configs
 from xpdist.driver import engines, hydra_private
-from xpdist.driver.checks import check
-from xpdist.driver.checks import config_errors
+from xpdist.driver.checks import check, config_errors
 from xpdist.driver.jobs import job
-from xpdist.driver.processes import standby
+from xpdist.driver.processes import process, standby
 from xpdist.driver.sweeps import sweep
-from xpdist.driver.processes import process
 from xpdist.driver.sweeps.tuning.space import quote_params_overrides
 from xpdist.driver.sweeps.tuning.trial import TrialWatch
 from xpdist.tracking import store

@@ -12,7 +12,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from xpdist.core.outcome import Status
+from xpdist.core.protocol.outcome import Status
 from xpdist.report import summary
 from xpdist.tracking import store
 

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from xpdist.core.outcome import Status
+from xpdist.core.protocol.outcome import Status
 
 # (row key, column header) of the table printed at the end of a sweep.
 SWEEP_COLUMNS: Tuple[Tuple[str, str], ...] = (

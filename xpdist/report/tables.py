@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
-from xpdist.core.outcome import Status
+from xpdist.core.protocol.outcome import Status
 from xpdist.report import summary
-from xpdist.tracking import store
 from xpdist.report.runs import BASELINE_STRATEGY
+from xpdist.tracking import store
 
 # Row keys in report.csv, in order.
 CSV_KEYS = ("run_name", "run_id", "job", "strategy", "cross_ops", "communication", "replicas", "global_batch",

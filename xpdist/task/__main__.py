@@ -6,7 +6,7 @@ job its driver hands it (xpdist/task/boot.py); the rest of the task is imported 
 
 import sys
 
-from xpdist.core.taskenv import STANDBY_ARG
+from xpdist.core.protocol.taskenv import STANDBY_ARG
 from xpdist.task import boot
 
 

@@ -2,7 +2,7 @@
 TensorFlow, and, as the standby task (`python -m xpdist.task --standby`, see
 xpdist/driver/processes/standby.py), wait for its job.
 
-Only the standard library and xpdist.core.taskenv are imported before TensorFlow.
+Only the standard library and xpdist.core.protocol.taskenv are imported before TensorFlow.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import tempfile
 import time
 from typing import Callable, List, Optional, Sequence
 
-from xpdist.core.taskenv import DRIVER_PID_ENV, LAUNCHED_AT_ENV, Handoff
+from xpdist.core.protocol.taskenv import DRIVER_PID_ENV, Handoff, LAUNCHED_AT_ENV
 
 
 def die_with_driver() -> None:

@@ -19,10 +19,10 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from xpdist.core.clusterenv import ClusterEnv
-from xpdist.core.jobdir import (EXIT_DISK_FULL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_RETRYABLE, JobDir, JobSpec,
+from xpdist.core.protocol.jobdir import (EXIT_DISK_FULL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_RETRYABLE, JobDir, JobSpec,
                                 TaskResult)
-from xpdist.core.outcome import Status
 from xpdist.core.plan import Plan
+from xpdist.core.protocol.outcome import Status
 from xpdist.task import boot, failure, runner
 from xpdist.task.train.common import process_started_at
 

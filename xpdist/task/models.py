@@ -206,7 +206,7 @@ def build_model(keras, cfg, input_shape, num_outputs):
 
 
 # optimizer option -> builder(keras, options, learning_rate); the rate is the plan's (scaled),
-# or a schedule of it (xpdist.task.schedules).
+# or a schedule of it (xpdist.task.train.schedules).
 OPTIMIZERS = Registry("optimizer")
 # optimizer option -> its Keras class; the option's keys, those of the plan aside, are its arguments.
 _KERAS_OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop", "adagrad": "Adagrad",

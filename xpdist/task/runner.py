@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Callable, Dict, Optional
 
 from xpdist.core import strategies as core_strategies
-from xpdist.core.clusterenv import ClusterEnv
-from xpdist.core.jobdir import JobDir, JobSpec, MetricFile, RunReady
 from xpdist.core.plan import Plan, resolved_at_run_time, with_replicas
+from xpdist.core.clusterenv import ClusterEnv
+from xpdist.core.protocol.jobdir import JobDir, JobSpec, MetricFile, RunReady
 from xpdist.core.registry import Registry
-from xpdist.task.clipping import after_all_reduce
-from xpdist.task import boot, data, export, flops, models, precision, profile, resize, schedules, strategies
-from xpdist.task.train import ctl, fit, ps_ctl
+from xpdist.task import boot, data, export, models, strategies
+from xpdist.task.measure import flops, profile
+from xpdist.task.train import ctl, fit, losses, precision, ps_ctl, resize, schedules
+from xpdist.task.train.clipping import after_all_reduce
 from xpdist.task.train.common import TrainContext
 
 
@@ -244,7 +245,8 @@ def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> Optional[int]:
         raise data.explain(tf, cfg, Path(spec.launch_dir), err) from err
     if ctx.logger is not None:  # the run's summary figures, at the last epoch's step
         summary = {k: final[k] for k in ("steady_examples_per_sec", "first_step_s") if k in final}
-        summary.update(flops.figures(ctx, final))  # after training: counting costs the first step nothing
+        # After training: counting costs the first step nothing.
+        summary.update(flops.figures(ctx, final, lambda: losses.build_loss(ctx.keras, ctx.cfg, ctx.arrays.kind)))
         summary.update(profile.summary(ctx))  # trainer.profile_steps: where the traced steps' time went
         ctx.logger.add(summary, step=int(cfg.trainer.epochs))  # not len(history): a resumed run has fewer
         ctx.logger.flush()

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from xpdist.core.outcome import Status
+from xpdist.core.protocol.outcome import Status
 from xpdist.core.schema import TrackingConfig
 from xpdist.tracking import store
 from xpdist.tracking.heartbeat import HEARTBEAT_TAG, INTERVAL_TAG

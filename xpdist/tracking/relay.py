@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import Dict, Optional
 
-from xpdist.core.jobdir import decode_metrics
+from xpdist.core.protocol.jobdir import decode_metrics
 from xpdist.tracking.store import client, retry
 
 # MLflow's limit on metrics per log_batch call.

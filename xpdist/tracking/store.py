@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Iterable, Optional, TypeVar
 
 import tenacity
 
-from xpdist.core.outcome import Status
+from xpdist.core.protocol.outcome import Status
 
 T = TypeVar("T")
 # Tag holding the one-line error of a FAILED or KILLED run.

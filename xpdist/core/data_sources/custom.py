@@ -8,9 +8,8 @@ import json
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from xpdist.core.data_sources import DataSourceSpec
+from xpdist.core.data_sources import DataSourceSpec, DatasetBase
 from xpdist.core.errors import ConfigError
-from xpdist.core.data_sources import DatasetBase
 from xpdist.core.rules import open_mapping
 from xpdist.core.targets import check_target
 

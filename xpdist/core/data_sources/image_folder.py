@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import List
 
 from xpdist.core import datafiles
-from xpdist.core.data_sources import DataSourceSpec
+from xpdist.core.data_sources import DataSourceSpec, FileDataset
 from xpdist.core.errors import ConfigError
-from xpdist.core.data_sources import FileDataset
 
 @dataclass
 class ImageFolderDataset(FileDataset):

@@ -7,9 +7,8 @@ from pathlib import Path
 import zipfile
 
 from xpdist.core import datafiles
-from xpdist.core.data_sources import InMemorySpec
+from xpdist.core.data_sources import InMemoryDataset, InMemorySpec
 from xpdist.core.errors import ConfigError
-from xpdist.core.data_sources import InMemoryDataset
 
 SAVE = "Save it with numpy.savez(path, x=..., y=...)."
 

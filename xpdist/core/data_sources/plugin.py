@@ -18,9 +18,8 @@ from typing import Any, Dict
 
 from hydra.utils import get_class
 
-from xpdist.core.data_sources import InMemorySpec
+from xpdist.core.data_sources import InMemoryDataset, InMemorySpec
 from xpdist.core.errors import ConfigError
-from xpdist.core.data_sources import InMemoryDataset
 from xpdist.core.rules import open_mapping
 from xpdist.core.targets import check_target
 

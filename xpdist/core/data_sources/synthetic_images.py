@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List
 
-from xpdist.core.data_sources import InMemorySpec
-from xpdist.core.data_sources import InMemoryDataset
+from xpdist.core.data_sources import InMemoryDataset, InMemorySpec
 
 @dataclass
 class SyntheticImagesDataset(InMemoryDataset):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xpdist.core.data_sources import InMemorySpec
-from xpdist.core.data_sources import InMemoryDataset
+from xpdist.core.data_sources import InMemoryDataset, InMemorySpec
 
 @dataclass
 class SyntheticTokensDataset(InMemoryDataset):

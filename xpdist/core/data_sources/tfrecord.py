@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from xpdist.core import datafiles
-from xpdist.core.data_sources import DataSourceSpec
+from xpdist.core.data_sources import Compression, DataSourceSpec, FileDataset
 from xpdist.core.errors import ConfigError
-from xpdist.core.data_sources import Compression, FileDataset
 from xpdist.core.rules import open_mapping
 
 # tf.io.FixedLenFeature's dtypes.

@@ -24,16 +24,15 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from xpdist.core import clusters, data_sources, docs, rules, strategies
-from xpdist.core import options as user_options
+from xpdist.core import clusters, data_sources, docs, options as user_options, rules, strategies
 from xpdist.core.clusters import ClusterBase
-from xpdist.core.errors import ConfigError, did_you_mean
 from xpdist.core.data_sources import DatasetBase
+from xpdist.core.errors import ConfigError, did_you_mean
 from xpdist.core.registry import Registry
 from xpdist.core.schema import help_text
-from xpdist.core.schema.groups import COMMUNICATIONS, CROSS_OPS, MODELS, CommunicationBase, CrossOpsBase, ModelBase
-from xpdist.core.schema.optim import OPTIMIZERS, TRAINERS, OptimizerBase, TrainerBase
-from xpdist.core.schema.training import CALLBACKS, LOSSES, SCHEDULES, LossBase, ScheduleBase
+from xpdist.core.schema.groups import COMMUNICATIONS, CROSS_OPS, CommunicationBase, CrossOpsBase, MODELS, ModelBase
+from xpdist.core.schema.optim import OPTIMIZERS, OptimizerBase, TRAINERS, TrainerBase
+from xpdist.core.schema.training import CALLBACKS, LOSSES, LossBase, SCHEDULES, ScheduleBase
 from xpdist.core.strategies import StrategyBase
 
 
@@ -60,7 +59,7 @@ class DevicesConfig:
     # mirrored and central_storage run that many replicas without a GPU. 1: no split.
     logical_cpus: int = 1
     # Peak FLOP/s of all the devices the run trains on together, for the run's mfu (achieved
-    # FLOP/s / this). null: from xpdist/task/flops.py's table of GPUs, times the GPUs that
+    # FLOP/s / this). null: from xpdist/task/measure/flops.py's table of GPUs, times the GPUs that
     # train; on a CPU or an unlisted device no mfu is logged.
     peak_flops: Optional[float] = None
 

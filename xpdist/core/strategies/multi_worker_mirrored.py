@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import List
 
 from xpdist.core.devices import gpu_count
-from xpdist.core.strategies import WORKERS, ClassStrategy, Keras3Fit, StrategySpec
+from xpdist.core.strategies import ClassStrategy, Keras3Fit, StrategySpec, WORKERS
 
 @dataclass
 class MultiWorkerMirroredStrategy(ClassStrategy):

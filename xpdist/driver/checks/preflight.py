@@ -13,8 +13,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from urllib.parse import urlparse
 
-from xpdist.core import plan as planning
-from xpdist.core import data_sources, schema, strategies
+from xpdist.core import data_sources, plan as planning, schema, strategies
 from xpdist.core.errors import ConfigError
 from xpdist.driver import engines
 from xpdist.driver.checks import data as data_checks

@@ -12,9 +12,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Mapping
 
-from xpdist.core import data_sources
-from xpdist.core import plan as planning
-from xpdist.core import strategies
+from xpdist.core import data_sources, plan as planning, strategies
 from xpdist.core.errors import ConfigError
 from xpdist.core.schema.training import chosen_callbacks
 

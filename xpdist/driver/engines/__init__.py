@@ -32,10 +32,10 @@ import subprocess
 from typing import ClassVar, Dict, Optional, Type
 
 from xpdist.core import strategies
-from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
-from xpdist.core.jobdir import JobDir
 from xpdist.core.plan import Plan
+from xpdist.core.clusterenv import ClusterEnv
+from xpdist.core.protocol.jobdir import JobDir
 from xpdist.core.registry import Registry
 from xpdist.driver.processes import process
 from xpdist.driver.processes.outcome import Outcome, outcome_from

@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from xpdist.core.clusterenv import TaskId
 from xpdist.core.errors import ConfigError
-from xpdist.core.jobdir import JobDir
-from xpdist.core.outcome import one_line
+from xpdist.core.clusterenv import TaskId
+from xpdist.core.protocol.jobdir import JobDir
+from xpdist.core.protocol.outcome import one_line
 from xpdist.driver.engines import _ray_node
 from xpdist.driver.processes import process
 from xpdist.driver.processes.localhost import FINISH_GRACE_S, POLL_S, TaskFailed, last_error, tf_config

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
-from xpdist.core.jobdir import JobDir
+from xpdist.core.protocol.jobdir import JobDir
 from xpdist.driver.processes import spawn
 
 # What a task leaves that the driver's job directory needs (JobDir's names, never spelled here).

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from xpdist.core.jobdir import JobDir
-from xpdist.core.outcome import Status
+from xpdist.core.protocol.jobdir import JobDir
+from xpdist.core.protocol.outcome import Status
 from xpdist.driver.processes import process
 from xpdist.driver.processes.localhost import TaskFailed
 from xpdist.driver.processes.outcome import Outcome, outcome_from

@@ -13,11 +13,11 @@ import signal
 from typing import Dict, Optional
 
 from xpdist.core import strategies
-from xpdist.core.clusterenv import TaskId
 from xpdist.core.errors import ConfigError
+from xpdist.core.clusterenv import TaskId
 from xpdist.driver.engines import Engine, _restarts
 from xpdist.driver.processes import follow
-from xpdist.driver.processes.localhost import FAILURE_GRACE_S, Cluster
+from xpdist.driver.processes.localhost import Cluster, FAILURE_GRACE_S
 from xpdist.driver.processes.outcome import Outcome
 
 

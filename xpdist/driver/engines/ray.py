@@ -33,13 +33,12 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from xpdist.core import strategies
-from xpdist.core.clusterenv import TaskId
 from xpdist.core.errors import ConfigError
-from xpdist.core.outcome import Status
+from xpdist.core.clusterenv import TaskId
+from xpdist.core.protocol.outcome import Status
 from xpdist.driver.engines import Engine, _ray_actors, _ray_node, _restarts
 from xpdist.driver.engines.localhost import Localhost
-from xpdist.driver.processes import follow
-from xpdist.driver.processes import process
+from xpdist.driver.processes import follow, process
 from xpdist.driver.processes.outcome import Outcome
 
 # Variables of the driver's environment that reach the tasks besides the job's own: settings

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from xpdist.core.clusterenv import slurm_tasks
 from xpdist.core.errors import ConfigError
+from xpdist.core.clusterenv import slurm_tasks
 from xpdist.driver.engines import Engine
 
 # The Hydra launcher of hydra/launcher=slurm (conf/hydra/launcher/slurm.yaml).

@@ -21,17 +21,16 @@ from typing import Any, Callable, Dict, List, Optional
 from omegaconf import DictConfig
 
 from xpdist.core import data_sources
-from xpdist.core.clusterenv import ClusterEnv
 from xpdist.core.errors import ConfigError
-from xpdist.core.jobdir import JobDir, JobSpec, RunReady, TaskResult
-from xpdist.core.outcome import JobResult, Status, one_line
-from xpdist.core.plan import RESOLVED_BY_TASK, Plan, resolved_at_run_time
-from xpdist.core.resolved import as_data
-from xpdist.core.taskenv import LAUNCHED_AT_ENV
+from xpdist.core.plan import Plan, RESOLVED_BY_TASK, resolved_at_run_time
+from xpdist.core.clusterenv import ClusterEnv
+from xpdist.core.protocol.jobdir import JobDir, JobSpec, RunReady, TaskResult
+from xpdist.core.protocol.outcome import JobResult, Status, one_line
+from xpdist.core.protocol.resolved import as_data
+from xpdist.core.protocol.taskenv import LAUNCHED_AT_ENV
 from xpdist.driver import engines
 from xpdist.driver.checks import preflight
-from xpdist.driver.jobs import requeue
-from xpdist.driver.jobs import resume
+from xpdist.driver.jobs import requeue, resume
 from xpdist.driver.processes import process
 from xpdist.tracking import heartbeat, reap, store
 from xpdist.tracking.params import rejected_params, run_params

@@ -18,7 +18,7 @@ from typing import Dict, Optional
 
 from xpdist.core import data_sources
 from xpdist.core.errors import ConfigError
-from xpdist.core.plan import KEEP_PER_REPLICA, SIZE_KEYS, SIZE_PARAMS, Plan, Resize, at_size, epoch_steps
+from xpdist.core.plan import KEEP_PER_REPLICA, Plan, Resize, SIZE_KEYS, SIZE_PARAMS, at_size, epoch_steps
 from xpdist.tracking import store
 
 # The run's size as of its last resize (JSON: the size params, and the plan's Resize).

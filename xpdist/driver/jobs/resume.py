@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from xpdist.core.errors import ConfigError
-from xpdist.core.jobdir import JobDir
-from xpdist.core.outcome import Status
-from xpdist.core.plan import SIZE_KEYS, SIZE_PARAMS, Plan, resolved_at_run_time
+from xpdist.core.plan import Plan, SIZE_KEYS, SIZE_PARAMS, resolved_at_run_time
+from xpdist.core.protocol.jobdir import JobDir
+from xpdist.core.protocol.outcome import Status
 from xpdist.driver.jobs import resize
 from xpdist.tracking import store
 

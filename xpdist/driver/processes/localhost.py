@@ -29,10 +29,9 @@ import portpicker
 
 from xpdist.core import strategies
 from xpdist.core.clusterenv import TaskId as Task
-from xpdist.core.jobdir import JobDir
-from xpdist.core.taskenv import LAUNCHED_AT_ENV
-from xpdist.driver.processes import standby
-from xpdist.driver.processes import process
+from xpdist.core.protocol.jobdir import JobDir
+from xpdist.core.protocol.taskenv import LAUNCHED_AT_ENV
+from xpdist.driver.processes import process, standby
 from xpdist.driver.processes.outcome import describe_exit, may_retry
 
 # Seconds between two looks at the tasks.

@@ -6,8 +6,8 @@ import signal
 from dataclasses import dataclass
 from typing import Optional
 
-from xpdist.core.jobdir import EXIT_DISK_FULL, EXIT_RETRYABLE, JobDir, TaskResult
-from xpdist.core.outcome import Status
+from xpdist.core.protocol.jobdir import EXIT_DISK_FULL, EXIT_RETRYABLE, JobDir, TaskResult
+from xpdist.core.protocol.outcome import Status
 
 
 @dataclass

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import IO, Dict, Iterator, List, Optional, Sequence
 
-from xpdist.core.taskenv import DRIVER_PID_ENV, LAUNCHED_AT_ENV
+from xpdist.core.protocol.taskenv import DRIVER_PID_ENV, LAUNCHED_AT_ENV
 
 
 def task_command(*args: str) -> List[str]:

@@ -43,7 +43,7 @@ import threading
 import traceback
 from typing import BinaryIO, Dict, Optional, Sequence, Union
 
-from xpdist.core.taskenv import DRIVER_PID_ENV, STANDBY_ARG, Handoff
+from xpdist.core.protocol.taskenv import DRIVER_PID_ENV, Handoff, STANDBY_ARG
 from xpdist.driver.processes import spawn
 
 ENABLE_ENV = "XPDIST_STANDBY"

@@ -46,10 +46,9 @@ from typing import Any, Dict, List, Sequence
 from omegaconf import DictConfig, open_dict
 
 from xpdist.core.errors import ConfigError
-from xpdist.core.outcome import JobResult, Status
+from xpdist.core.protocol.outcome import JobResult, Status
 from xpdist.driver.jobs import job
-from xpdist.driver.processes import standby
-from xpdist.driver.processes import process
+from xpdist.driver.processes import process, standby
 
 log = logging.getLogger(__name__)
 

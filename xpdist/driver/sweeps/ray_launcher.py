@@ -37,10 +37,10 @@ from typing import Any, Dict, List, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from xpdist.core.errors import ConfigError
-from xpdist.core.outcome import JobResult, Status, one_line
+from xpdist.core.protocol.outcome import JobResult, Status, one_line
 from xpdist.driver import engines
-from xpdist.driver.jobs import job
 from xpdist.driver.engines import ray as ray_engine
+from xpdist.driver.jobs import job
 from xpdist.driver.processes import process
 
 log = logging.getLogger(__name__)

@@ -21,14 +21,13 @@ from typing import Any, Dict, List, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from xpdist.core.outcome import RESULT_FILE_ENV, Status
 from xpdist.core.errors import ConfigError
-from xpdist.core.jobdir import SWEEP_FILE
+from xpdist.core.protocol.jobdir import SWEEP_FILE
+from xpdist.core.protocol.outcome import RESULT_FILE_ENV, Status
 from xpdist.driver import engines, hydra_private
-from xpdist.driver.checks import preflight
-from xpdist.driver.sweeps import ray_launcher
+from xpdist.driver.checks import preflight, sweep as sweep_check
 from xpdist.driver.processes import standby
-from xpdist.driver.checks import sweep as sweep_check
+from xpdist.driver.sweeps import ray_launcher
 from xpdist.report import summary
 from xpdist.tracking import heartbeat, reap, store
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from xpdist.core.clusterenv import ClusterEnv, slurm_tasks
-from xpdist.task.strategies._slurm import slurm_resolver
 from xpdist.task.strategies import strategy_class
+from xpdist.task.strategies._slurm import slurm_resolver
 
 # communication option -> the name of its tf.distribute.experimental.CommunicationImplementation.
 IMPLEMENTATIONS = {"auto": "AUTO", "ring": "RING", "nccl": "NCCL"}

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
-from xpdist.core.clusterenv import ClusterEnv
-from xpdist.core.jobdir import JobDir
 from xpdist.core.plan import Plan
-from xpdist.core.taskenv import LAUNCHED_AT_ENV
-from xpdist.task import profile
-from xpdist.task.schedules import current_rate
+from xpdist.core.clusterenv import ClusterEnv
+from xpdist.core.protocol.jobdir import JobDir
+from xpdist.core.protocol.taskenv import LAUNCHED_AT_ENV
+from xpdist.task.measure import profile
+from xpdist.task.train.schedules import current_rate
 
 
 @dataclass

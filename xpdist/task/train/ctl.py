@@ -12,11 +12,11 @@ import sys
 import time
 from typing import Dict
 
-from xpdist.task import profile
-from xpdist.task.callbacks import EpochHooks
 from xpdist.task.data import replica_batches_fn
-from xpdist.task.losses import build_loss, build_metrics
-from xpdist.task.precision import jit_compile, scaled_loss, unscaled_gradients
+from xpdist.task.measure import profile
+from xpdist.task.train.callbacks import EpochHooks
+from xpdist.task.train.losses import build_loss, build_metrics
+from xpdist.task.train.precision import jit_compile, scaled_loss, unscaled_gradients
 from xpdist.task.train.common import (TrainContext, build_optimizer, checkpoint_manager, final_metrics,
                                       finalize_weights, keep_iterators, record_epoch, restore_latest)
 

@@ -7,10 +7,10 @@ from typing import Dict
 
 from xpdist.core import strategies
 from xpdist.task.data import global_batches, worker_batches
-from xpdist.task import callbacks as user_callbacks
-from xpdist.task import profile
-from xpdist.task.losses import build_loss, build_metrics
-from xpdist.task.precision import jit_compile
+from xpdist.task.measure import profile
+from xpdist.task.train import callbacks as user_callbacks
+from xpdist.task.train.losses import build_loss, build_metrics
+from xpdist.task.train.precision import jit_compile
 from xpdist.task.train.common import (TrainContext, checkpoint_manager, final_metrics, keep_iterators, record_epoch,
                                       resume_epoch)
 

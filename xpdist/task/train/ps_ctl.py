@@ -12,10 +12,10 @@ import contextlib
 import time
 from typing import Dict
 
-from xpdist.task.callbacks import EpochHooks
 from xpdist.task.data import global_batches, worker_batches
-from xpdist.task.losses import build_loss, build_metrics
-from xpdist.task.precision import jit_compile, scaled_loss, unscaled_gradients
+from xpdist.task.train.callbacks import EpochHooks
+from xpdist.task.train.losses import build_loss, build_metrics
+from xpdist.task.train.precision import jit_compile, scaled_loss, unscaled_gradients
 from xpdist.task.train.common import (TrainContext, build_optimizer, checkpoint_manager, final_metrics,
                                       finalize_weights, record_epoch, restore_latest)
 

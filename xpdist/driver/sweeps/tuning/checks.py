@@ -10,8 +10,7 @@ from omegaconf import DictConfig
 
 from xpdist.core import data_sources
 from xpdist.core.errors import ConfigError
-from xpdist.driver.sweeps.tuning import settings as settings_mod
-from xpdist.driver.sweeps.tuning import space as space_mod
+from xpdist.driver.sweeps.tuning import settings as settings_mod, space as space_mod
 from xpdist.driver.sweeps.tuning.settings import Settings
 from xpdist.tracking import store
 

@@ -20,13 +20,10 @@ from typing import Any, Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from xpdist.core.errors import ConfigError
-from xpdist.core.jobdir import STUDY_FILE, SWEEP_FILE
-from xpdist.core.outcome import Status
+from xpdist.core.protocol.jobdir import STUDY_FILE, SWEEP_FILE
+from xpdist.core.protocol.outcome import Status
 from xpdist.driver import hydra_private
-from xpdist.driver.sweeps.tuning import optuna_private
-from xpdist.driver.sweeps.tuning import plots
-from xpdist.driver.sweeps.tuning import settings as settings_mod
-from xpdist.driver.sweeps.tuning import space as space_mod
+from xpdist.driver.sweeps.tuning import optuna_private, plots, settings as settings_mod, space as space_mod
 from xpdist.driver.sweeps.tuning.checks import check_resume, reject, search_space
 from xpdist.driver.sweeps.tuning.settings import Settings
 from xpdist.driver.sweeps.tuning.trial import PRUNED_ATTR

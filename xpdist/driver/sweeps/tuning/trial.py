@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from xpdist.core.jobdir import STUDY_FILE, JobDir, decode_metrics
-from xpdist.core.outcome import Status
+from xpdist.core.protocol.jobdir import JobDir, STUDY_FILE, decode_metrics
+from xpdist.core.protocol.outcome import Status
 from xpdist.driver.processes import process
 from xpdist.driver.processes.outcome import Outcome
 from xpdist.driver.sweeps.tuning import optuna_private

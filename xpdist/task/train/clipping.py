@@ -43,7 +43,7 @@ def after_all_reduce(keras, optimizer):
     for method in ("_clip_gradients", "_all_reduce_sum_gradients"):
         if not callable(getattr(base, method, None)):
             raise RuntimeError(f"keras {keras.__version__}: {base.__name__} has no {method}; xpdist cannot clip "
-                               "after the all-reduce (see xpdist/task/clipping.py)")
+                               "after the all-reduce (see xpdist/task/train/clipping.py)")
 
     def _clip_gradients(self, grads):
         return grads  # moved after the all-reduce, below

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 # Where counts are kept between runs: this variable, else $XDG_CACHE_HOME/xpdist/flops, else
 # ~/.cache/xpdist/flops. Deleting the folder only costs the next runs a count each.
@@ -196,19 +196,21 @@ def _keep(key: str, flops: int) -> None:
             os.unlink(scratch)
 
 
-def figures(ctx, final: Dict[str, float]) -> Dict[str, float]:
+def figures(ctx, final: Dict[str, float], build_loss: Callable[[], Any]) -> Dict[str, float]:
     """The summary figures beyond the trainer's: peak memory, flops_per_example,
     achieved_flops_per_sec and (peak FLOP/s known) mfu.
 
     Peak memory is read first, before counting traces anything. A model whose graph the
     profiler cannot read gets no FLOP figures, and a line on stderr says why.
-    """
-    from xpdist.task import losses
 
+    Args:
+        build_loss: builds the run's loss (its FLOPs count too); called inside the count, so
+            that a loss the profiler cannot trace leaves the figures out like any other failure.
+    """
     memory = peak_memory(ctx.tf)
     started = time.perf_counter()
     try:
-        loss_fn = losses.build_loss(ctx.keras, ctx.cfg, ctx.arrays.kind)
+        loss_fn = build_loss()
         key = cache_key(ctx.tf, ctx.model, loss_fn, ctx.arrays.kind)
         flops = _kept(key) if key else None
         if flops is None:
