@@ -61,8 +61,12 @@ def field_comments(cls: type) -> Dict[str, str]:
     for klass in cls.__mro__:
         if not dataclasses.is_dataclass(klass):
             continue
+        try:
+            source = inspect.getsource(klass)
+        except OSError:  # made by registry.named_config, with no source of its own: only `name`
+            continue
         block: List[str] = []
-        for line in inspect.getsource(klass).splitlines():
+        for line in source.splitlines():
             text = line.strip()
             if text.startswith("#"):
                 block.append(text.lstrip("#").strip())

@@ -53,10 +53,7 @@ def register_strategy(name: str, spec: strategies.StrategySpec, task: Any) -> No
         ValueError: the names disagree or the dataclass extends no StrategyBase.
         KeyError: strategy=name is registered already.
     """
-    _check(name, "strategy", spec.name, spec.config, strategies.StrategyBase)
-    strategies.STRATEGIES.register(name)(spec)
-    registry.add_half("strategy", "task", name, task)
-    REGISTERED.add(("strategy", name))
+    _add("strategy", name, spec, spec.name, spec.config, task)
 
 
 def register_engine(name: str, config: type, engine: Any) -> None:
@@ -71,10 +68,7 @@ def register_engine(name: str, config: type, engine: Any) -> None:
         ValueError: the names disagree or the dataclass extends no ClusterBase.
         KeyError: cluster=name is registered already.
     """
-    _check(name, "cluster", name, config, clusters.ClusterBase)
-    clusters.CLUSTERS.register(name)(config)
-    registry.add_half("cluster", "engine", name, engine)
-    REGISTERED.add(("cluster", name))
+    _add("cluster", name, config, name, config, engine)
 
 
 def register_data_source(name: str, spec: data_sources.DataSourceSpec, task: Any) -> None:
@@ -90,17 +84,12 @@ def register_data_source(name: str, spec: data_sources.DataSourceSpec, task: Any
         ValueError: the names disagree or the dataclass extends no DatasetBase.
         KeyError: dataset=name is registered already.
     """
-    _check(name, "dataset", spec.name, spec.config, data_sources.DatasetBase)
-    data_sources.DATA_SOURCES.register(name)(spec)
-    registry.add_half("dataset", "task", name, task)
-    REGISTERED.add(("dataset", name))
+    _add("dataset", name, spec, spec.name, spec.config, task)
 
 
 def unregister(group: str, name: str) -> None:
     """Removes an option registered here (group: strategy, cluster or dataset), e.g. a test's toy."""
-    seam = {"strategy": (strategies.STRATEGIES, "task"), "cluster": (clusters.CLUSTERS, "engine"),
-            "dataset": (data_sources.DATA_SOURCES, "task")}
-    options, half = seam[group]
+    options, half, _ = _SEAMS[group]
     options.unregister(name)
     registry.remove_half(group, half, name)
     REGISTERED.discard((group, name))
@@ -115,6 +104,21 @@ def _forget_stored(group: str, name: str) -> None:
     stored = ConfigStore.instance().repo.get(group, {})
     for entry in (f"{name}.yaml", f"base_{name}.yaml"):
         stored.pop(entry, None)
+
+
+# Each group with a public seam: its registry, the name of the half that lives in one process
+# only (registry.add_half), and the dataclass its options' configs extend.
+_SEAMS = {"strategy": (strategies.STRATEGIES, "task", strategies.StrategyBase),
+          "cluster": (clusters.CLUSTERS, "engine", clusters.ClusterBase),
+          "dataset": (data_sources.DATA_SOURCES, "task", data_sources.DatasetBase)}
+
+
+def _add(group: str, name: str, item: Any, spec_name: str, config: type, half: Any) -> None:
+    options, half_name, base = _SEAMS[group]
+    _check(name, group, spec_name, config, base)
+    options.register(name)(item)
+    registry.add_half(group, half_name, name, half)
+    REGISTERED.add((group, name))
 
 
 def _check(name: str, group: str, spec_name: str, config: type, base: type) -> None:

@@ -18,6 +18,7 @@ a user's TensorFlow code. Before its first answer, every registry loads the user
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 from typing import Any, Callable, Dict, Generic, Iterator, Optional, Tuple, TypeVar
@@ -149,3 +150,17 @@ class Registry(Generic[T]):
             module: Any = importlib.import_module(f"{package}.{info.name}")
             item = module if self._attribute is None else getattr(module, self._attribute)
             self.register(info.name)(item)
+
+
+def named_config(base: type, name: str, suffix: str, module: str) -> type:
+    """The schema of an option that adds no key to its base: the base with `name` fixed to name.
+
+    Args:
+        base: the dataclass the option extends (its `name` field is MISSING there).
+        name: the option's name, e.g. "mirrored".
+        suffix: the class name's ending, e.g. "Strategy" (MirroredStrategy).
+        module: the module the class is said to live in (the option's own).
+    """
+    title = "".join(part.title() for part in name.split("_")) + suffix
+    return dataclasses.make_dataclass(title, [("name", str, dataclasses.field(default=name))], bases=(base,),
+                                      namespace={"__module__": module})

@@ -210,13 +210,8 @@ class InMemorySpec(DataSourceSpec):
 DATA_SOURCES: Registry[DataSourceSpec] = Registry("dataset", package=__name__, attribute="SPEC")
 
 
-def get(name: str) -> DataSourceSpec:
-    """The spec of dataset=name.
-
-    Raises:
-        KeyError: no such source; the message lists the known ones and the nearest.
-    """
-    return DATA_SOURCES.get(name)
+# The spec of dataset=NAME; an unknown name raises KeyError listing the known ones and the nearest.
+get = DATA_SOURCES.get
 
 
 def of(cfg) -> DataSourceSpec:

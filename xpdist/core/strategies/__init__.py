@@ -33,7 +33,7 @@ from typing import Callable, ClassVar, Dict, List, Optional, Tuple
 from omegaconf import MISSING
 
 from xpdist.core.errors import ConfigError
-from xpdist.core.registry import Registry
+from xpdist.core.registry import Registry, named_config
 from xpdist.core.targets import check_target
 
 # Config groups that tune one kind of strategy: each applies only under the strategies whose
@@ -111,6 +111,8 @@ class StrategySpec:
     Class attributes, each with the value most strategies have:
         name: the option's name, the same as its module's.
         config: its schema, a dataclass extending StrategyBase whose `name` defaults to name.
+            A strategy that adds no key of its own sets `config_base` instead (the base it
+            extends), and its `config` is that base with `name` fixed: the name is written once.
         applies_to: the TUNING_GROUPS that tune it.
         needs: what it needs from the cluster group (ONE_PROCESS, WORKERS, CHIEF_WORKERS_PS).
         uses_devices: it places replicas on this process's devices (plan.devices lists them).
@@ -126,6 +128,7 @@ class StrategySpec:
 
     name: ClassVar[str] = ""
     config: ClassVar[type] = StrategyBase
+    config_base: ClassVar[Optional[type]] = None
     applies_to: ClassVar[Tuple[str, ...]] = ()
     needs: ClassVar[ClusterNeeds] = ONE_PROCESS
     uses_devices: ClassVar[bool] = True
@@ -134,6 +137,11 @@ class StrategySpec:
     fit_distributes_dataset: ClassVar[bool] = False
     auto_steps_per_execution: ClassVar[bool] = False
     replicas_at_run_time: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("config_base") is not None:
+            cls.config = named_config(cls.config_base, cls.name, "Strategy", cls.__module__)
 
     def replicas(self, cfg, devices: List[str], workers: int) -> int:
         """Replicas in sync for this config, as TensorFlow will count them.
@@ -173,13 +181,8 @@ class StrategySpec:
 STRATEGIES: Registry[StrategySpec] = Registry("strategy", package=__name__, attribute="SPEC")
 
 
-def get(name: str) -> StrategySpec:
-    """The spec of strategy=name.
-
-    Raises:
-        KeyError: no such strategy; the message lists the known ones and the nearest.
-    """
-    return STRATEGIES.get(name)
+# The spec of strategy=NAME; an unknown name raises KeyError listing the known ones and the nearest.
+get = STRATEGIES.get
 
 
 def of(cfg) -> StrategySpec:

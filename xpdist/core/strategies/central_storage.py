@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import List
 
 from xpdist.core.strategies import Keras3Fit, LocalDevicesStrategy, StrategySpec
 
-@dataclass
-class CentralStorageStrategy(LocalDevicesStrategy):
-    name: str = "central_storage"
-
 
 class CentralStorage(StrategySpec):
     name = "central_storage"
-    config = CentralStorageStrategy
+    config_base = LocalDevicesStrategy
     replicas_in_one_process = True
     # Measured here: the weights match the other strategies, the metrics Model.fit logs do not.
     keras3_fit = Keras3Fit.wrong_metrics

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import List
 
 from xpdist.core.strategies import LocalDevicesStrategy, StrategySpec
 
-@dataclass
-class MirroredStrategy(LocalDevicesStrategy):
-    name: str = "mirrored"
-
 
 class Mirrored(StrategySpec):
     name = "mirrored"
-    config = MirroredStrategy
+    config_base = LocalDevicesStrategy
     applies_to = ("cross_ops",)  # MirroredStrategy(cross_device_ops=...)
     replicas_in_one_process = True
     fit_distributes_dataset = True

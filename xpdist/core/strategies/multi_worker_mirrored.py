@@ -5,20 +5,15 @@ communication tunes its collectives.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import List
 
 from xpdist.core.devices import gpu_count
 from xpdist.core.strategies import ClassStrategy, Keras3Fit, StrategySpec, WORKERS
 
-@dataclass
-class MultiWorkerMirroredStrategy(ClassStrategy):
-    name: str = "multi_worker_mirrored"
-
 
 class MultiWorkerMirrored(StrategySpec):
     name = "multi_worker_mirrored"
-    config = MultiWorkerMirroredStrategy
+    config_base = ClassStrategy
     applies_to = ("communication",)  # MultiWorkerMirroredStrategy(communication_options=...)
     needs = WORKERS
     keras3_fit = Keras3Fit.cannot_train  # keras-team/keras#20585 (fails with 2 workers)

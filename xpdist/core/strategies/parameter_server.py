@@ -10,6 +10,7 @@ from xpdist.core import rules
 from xpdist.core.devices import gpu_count
 from xpdist.core.strategies import CHIEF_WORKERS_PS, ClassStrategy, Keras3Fit, StrategySpec
 
+
 class Partitioner(Enum):
     # Variables are not sharded across parameter servers.
     none = 0
