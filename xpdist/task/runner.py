@@ -20,6 +20,7 @@ from xpdist.core.plan import Plan, resolved_at_run_time, with_replicas
 from xpdist.core.registry import Registry
 from xpdist.task.clipping import after_all_reduce
 from xpdist.task import boot, data, export, flops, models, precision, profile, schedules, strategies
+from xpdist.task import verify_recorder
 from xpdist.task.train import ctl, fit, ps_ctl
 from xpdist.task.train.common import TrainContext
 
@@ -232,6 +233,7 @@ def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> Optional[int]:
         if cluster.is_chief:
             job.write_resolved(spec.plan)
     ctx = build_context(tf, cfg, spec, strategy, job, cluster)
+    recorder = verify_recorder.attach(ctx)  # `python -m xpdist verify` only
     preloaded = None
     if cluster.is_chief and cfg.tracking.log_model:  # the export's imports, while training runs
         preloaded = export.preload(ctx, lambda: preload_may_start(ctx))
@@ -241,6 +243,8 @@ def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> Optional[int]:
         final = train(ctx)
     except tf.errors.OpError as err:  # a bad file of a streamed source: name it and its key
         raise data.explain(tf, cfg, Path(spec.launch_dir), err) from err
+    if recorder is not None:
+        recorder.finish()
     if ctx.logger is not None:  # the run's summary figures, at the last epoch's step
         summary = {k: final[k] for k in ("steady_examples_per_sec", "first_step_s") if k in final}
         summary.update(flops.figures(ctx, final))  # after training: counting costs the first step nothing

@@ -43,6 +43,8 @@ class TrainContext:
     schedule: Optional[Any] = None
     # A task of this job may start again in its job directory (JobSpec.restartable).
     restartable: bool = True
+    # `python -m xpdist verify`'s recorder (xpdist/task/verify_recorder.py), None in a training.
+    verify: Optional[Any] = None
 
     def step_done(self) -> None:
         """Called after every training call; remembers when the first one finished."""
