@@ -1,0 +1,143 @@
+"""`python -m xpdist verify`: real trainings of the run and its one-device reference, the
+verdict printed, its exit code, and the verification run read back from MLflow.
+
+Equal: the shipped linear and cnn models under mirrored (fit and ctl) and multi_worker_mirrored
+on cluster=localhost. Differs, naming the step and the variables: a BatchNormalization model
+(per-replica batch statistics), a loss that averages over the per-replica batch under the
+custom loop; non-finite: a model that turns NaN at a known step. Each verification is two
+trainings of 5 steps.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+from tests.integration.verify_models import NAN_STEP
+
+pytestmark = pytest.mark.slow
+
+MIRRORED = ["strategy=mirrored", "devices.logical_cpus=2"]
+CNN = ["model=cnn", "model.filters=[8]", "dataset=synthetic_images", "dataset.image_shape=[16,16,3]",
+       "dataset.num_examples=256", "dataset.per_replica_batch_size=8"]
+DIGITS = ["dataset=digits", "dataset.per_replica_batch_size=16"]
+MODELS = "tests.integration.verify_models"
+
+
+def verify(xpdist, *words, timeout=300):
+    return xpdist.run("verify", *words, tiny=False, timeout=timeout)
+
+
+def verification(xpdist):
+    """The verification run and its two trainings, read back from the store."""
+    runs = xpdist.runs()
+    (parent,) = [r for r in runs if r.data.tags.get("mlflow.source.name") == "python -m xpdist verify"]
+    children = {r.data.tags["xpdist.verify.role"]: r for r in runs
+                if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    return parent, children
+
+
+def table(xpdist, run, name):
+    path = xpdist.client().download_artifacts(run.info.run_id, f"verify/{name}", str(xpdist.workdir))
+    with open(path, newline="") as f:
+        return list(csv.DictReader(io.StringIO(f.read())))
+
+
+@pytest.mark.parametrize("words", [
+    pytest.param(["trainer=fit", *MIRRORED], id="linear-fit-mirrored"),
+    pytest.param(["trainer=ctl", *MIRRORED, *CNN], id="cnn-ctl-mirrored"),
+    pytest.param(["trainer=fit", *MIRRORED, *CNN], id="cnn-fit-mirrored"),
+    pytest.param(["trainer=ctl", *MIRRORED], id="linear-ctl-mirrored"),
+])
+def test_equal_under_mirrored(xpdist, words):
+    done = verify(xpdist, *words)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "EQUAL within 5.0e-05 (float32: 1e-05 per step x 5 steps" in done.stdout
+    parent, children = verification(xpdist)
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["xpdist.verify"] == "equal"
+    assert parent.data.params["strategy"] == "mirrored" and parent.data.params["num_replicas"] == "2"
+    assert parent.data.params["verify.steps"] == "5"
+    assert {role: r.info.status for role, r in children.items()} == {"reference": "FINISHED", "run": "FINISHED"}
+    assert children["reference"].data.params["strategy"] == "default"
+    assert children["reference"].data.params["global_batch_size"] == children["run"].data.params["global_batch_size"]
+    steps = table(xpdist, parent, "steps.csv")
+    assert [int(r["step"]) for r in steps] == [1, 2, 3, 4, 5]
+    assert all(float(r["loss_abs_diff"]) <= 5e-5 for r in steps)
+    variables = table(xpdist, parent, "variables.csv")
+    assert variables and all(r["within_tolerance"] == "True" for r in variables)
+    assert any("kernel" in r["variable"] for r in variables)
+    assert any(r["variable"].startswith("optimizer/") for r in variables)
+
+
+@pytest.mark.cluster
+def test_equal_under_multi_worker_mirrored_on_localhost(xpdist):
+    done = verify(xpdist, "strategy=multi_worker_mirrored", "cluster=localhost", "cluster.workers=2", "trainer=fit")
+    assert done.returncode == 0, done.stdout + done.stderr
+    # keras=auto picks tf-keras for fit under multi-worker: shown, and recorded with the upstream issue.
+    assert "note: keras=auto trains with tf-keras" in done.stdout and "keras-team/keras#20585" in done.stdout
+    parent, children = verification(xpdist)
+    assert parent.info.status == "FINISHED" and parent.data.tags["xpdist.verify"] == "equal"
+    assert "keras-team/keras#20585" in parent.data.tags["xpdist.verify.fallback.keras"]
+    assert children["run"].data.params["num_replicas"] == "2"
+    assert children["reference"].data.params["keras"] == "legacy" == children["run"].data.params["keras"]
+
+
+def test_batch_normalization_differs(xpdist):
+    """Per-replica batch statistics: each replica normalises its half of the batch by its own mean."""
+    done = verify(xpdist, "trainer=ctl", *MIRRORED, *DIGITS, "model=custom", f"model._target_={MODELS}.batchnorm")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "DIFFERS beyond 5.0e-05" in done.stdout
+    assert "the losses part at step 1" in done.stdout
+    parent, _ = verification(xpdist)
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["xpdist.verify"] == "differs" and parent.data.tags["xpdist.verify.first_step"] == "1"
+    variables = {r["variable"]: r for r in table(xpdist, parent, "variables.csv")}
+    assert variables["sequential/batch_normalization/moving_variance"]["within_tolerance"] == "False"
+    assert "batch_normalization" in done.stdout.split("variables that differ most")[1]
+
+
+def test_loss_over_the_per_replica_batch_differs(xpdist):
+    """A custom loss that averages over the batch it sees: under the custom loop, 2x the gradient."""
+    done = verify(xpdist, "trainer=ctl", *MIRRORED, "model.l2=0", "loss=custom",
+                  f"loss._target_={MODELS}.mean_over_own_batch")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "the losses part at step 1" in done.stdout
+    assert "the weight updates part at step 1" in done.stdout
+    worst = done.stdout.split("variables that differ most")[1]
+    assert "sequential/dense/kernel" in worst and "sequential/dense/bias" in worst
+    parent, _ = verification(xpdist)
+    assert parent.data.tags["xpdist.verify"] == "differs"
+    steps = table(xpdist, parent, "steps.csv")
+    # Twice the loss (the linear model's L2 term off): two per-replica means summed where one device has one.
+    assert float(steps[0]["run_loss"]) == pytest.approx(2 * float(steps[0]["reference_loss"]), rel=1e-5)
+
+
+def test_nonfinite_named_with_its_step(xpdist):
+    done = verify(xpdist, "trainer=fit", *MIRRORED, "model=custom", f"model._target_={MODELS}.nan_at_step")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"NONFINITE: the first non-finite value appeared at step {NAN_STEP} (in reference and run)" in done.stdout
+    parent, children = verification(xpdist)
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["xpdist.verify"] == "nonfinite"
+    assert parent.data.tags["xpdist.verify.first_step"] == str(NAN_STEP)
+
+
+def test_parameter_server_refused_in_one_line(xpdist):
+    done = xpdist.run("verify", "strategy=parameter_server", "cluster=localhost", "cluster.ps=1", tiny=False,
+                      fork="check")
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("xpdist: error: strategy=parameter_server: its workers apply their updates asynchronously")
+    assert xpdist.runs() == []
+
+
+def test_bad_config_is_one_line_and_no_run(xpdist):
+    done = xpdist.run("verify", "strategy=mirored", tiny=False, fork="check")
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "mirored" in done.stderr
+    bad_key = xpdist.run("verify", "verify.step=3", tiny=False, fork="check")
+    assert bad_key.returncode == 2 and "verify.steps" in bad_key.stderr
+    assert xpdist.runs() == []
