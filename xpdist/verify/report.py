@@ -31,8 +31,15 @@ def text(verdict: Verdict, precision: str) -> str:
                 f"stands in for the gradient norm under both trainers), {len(verdict.variables)} variables "
                 "(the model's, trainable or not, and the optimizer's)")
     if verdict.verdict == "equal":
-        return (f"xpdist: verify: EQUAL within {tol}\n  compared {compared}\n"
-                f"  largest difference: {verdict.largest_abs:.3g}")
+        lines = [f"xpdist: verify: EQUAL within {tol}", f"  compared {compared}",
+                 f"  largest difference of the updates and variables: {verdict.largest_abs:.3g}"]
+        if verdict.reported_loss_step:
+            row = verdict.step_rows[verdict.reported_loss_step - 1]
+            ratio = row["run_loss"] / row["reference_loss"] if row["reference_loss"] else math.inf
+            lines.append(f"  note: the loss reported for step {verdict.reported_loss_step} is {_g(row['run_loss'])}, "
+                         f"the reference's {_g(row['reference_loss'])} (x{ratio:.3g}), while every update and "
+                         "variable agrees: the same training, reported differently")
+        return "\n".join(lines)
     lines: List[str] = []
     rows = verdict.step_rows
     if verdict.verdict == "nonfinite":

@@ -88,6 +88,8 @@ def _verify(checked: Checked, launch_dir: Path, folder: Path, uri: str, run_id: 
             "xpdist.verify.compared": "loss, weight-update norm, final variables"}
     if verdict.first_step:
         tags["xpdist.verify.first_step"] = str(verdict.first_step)
+    if verdict.reported_loss_step:
+        tags["xpdist.verify.reported_loss_differs_at"] = str(verdict.reported_loss_step)
     worst = verdict.worst(1)
     if worst:
         tags["xpdist.verify.worst_variable"] = worst[0].name
