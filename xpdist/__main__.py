@@ -21,9 +21,9 @@ def cli() -> None:
 
         sys.exit(advise.cli(sys.argv[2:]))
     if sys.argv[1:2] == ["verify"]:  # `python -m xpdist verify ...`: a run against one device (xpdist/verify/)
-        from xpdist.verify import command
+        from xpdist.verify import cli as verify
 
-        command.main(sys.argv[2:])
+        verify.main(sys.argv[2:])
     standby.start(sys.argv[1:])
     try:
         from xpdist.driver import main  # after the standby task's start: importing Hydra takes 0.25 s

@@ -17,9 +17,7 @@ tasks record what is compared (xpdist/task/verify_recorder.py), told so by the e
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
@@ -44,42 +42,6 @@ KERAS_FALLBACK = {
                              "(keras-team/keras#20585, tensorflow/tensorflow#72388)",
     "central_storage": "Keras 3's Model.fit logs a wrong loss and wrong metrics under CentralStorageStrategy",
 }
-
-
-def main(argv: Sequence[str]) -> None:
-    """`python -m xpdist verify ...`: runs cli and exits without the interpreter's teardown of
-    MLflow's modules (about 2 s), as the driver does; every run is closed by then."""
-    code = cli(argv)
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def cli(argv: Sequence[str]) -> int:
-    """Runs a verification; returns the exit code (0 equal, 1 differs or failed, 2 bad input).
-
-    A standby task imports TensorFlow while the configs are composed and checked, and both
-    trainings' tasks are forked from it (xpdist/driver/processes/standby.py), as for the jobs
-    of a sweep run in one process: a task then starts in a fraction of a second, not 5 to 7.
-    """
-    from xpdist.driver.processes import standby
-
-    standby.start(list(argv))
-    standby.serve_sweep()
-    try:
-        from xpdist.verify import session
-
-        launch_dir = Path.cwd()
-        try:
-            steps, overrides = parse(list(argv))
-            checked = check(overrides, steps, launch_dir)
-        except ConfigError as err:
-            print(f"xpdist: error: {err}", file=sys.stderr)
-            return 2
-        return session.run(checked, launch_dir)
-    finally:
-        standby.discard()
 
 
 def parse(argv: List[str]) -> Tuple[int, List[str]]:
@@ -174,7 +136,8 @@ def check(overrides: List[str], steps: int, launch_dir: Path) -> Checked:
                           "so the reference's batch cannot be planned", "Verify under strategy=mirrored or "
                           "multi_worker_mirrored with the same global batch.")
     reference = _without(run_words, REFERENCE_KEYS) + [
-        "strategy=default", "cluster=local", f"keras={plan.keras}", f"dataset.per_replica_batch_size={plan.global_batch_size}",
+        "strategy=default", "cluster=local", f"keras={plan.keras}",
+        f"dataset.per_replica_batch_size={plan.global_batch_size}",
         "optimizer.lr_scaling=none", f"optimizer.learning_rate={plan.learning_rate!r}"]
     ref_cfg, ref_plain, ref_plan = compose(reference, launch_dir)
     if (ref_plan.global_batch_size, ref_plan.steps_per_epoch) != (plan.global_batch_size, plan.steps_per_epoch):

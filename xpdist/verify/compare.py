@@ -53,6 +53,7 @@ class Verdict:
     variables: List[VariableDiff] = field(default_factory=list)
     only_in: Dict[str, List[str]] = field(default_factory=dict)
     largest_abs: float = 0.0
+    steps_recorded: Tuple[int, int] = (0, 0)  # (reference, run)
 
     @property
     def exit_code(self) -> int:
@@ -81,6 +82,8 @@ def compare_steps(ref: StepRecord, run: StepRecord, tol: float):
         row["loss_abs_diff"] = abs(row["reference_loss"] - row["run_loss"])
         row["update_norm_abs_diff"] = abs(row["reference_update_norm"] - row["run_update_norm"])
         rows.append(row)
+        if i >= min(len(ref.loss), len(run.loss)):  # one training stopped sooner: judged by its length
+            continue
         bad = [name for name in ("reference", "run")
                if not (math.isfinite(row[f"{name}_loss"]) and math.isfinite(row[f"{name}_update_norm"]))]
         if bad and nonfinite is None:
@@ -133,7 +136,7 @@ def judge(ref_dir: Path, run_dir: Path, precision: str, steps: int) -> Verdict:
     variables = compare_variables(ref_vars, run_vars, tol)
     only = {k: sorted(set(a) - set(b)) for k, a, b in (("reference", ref_vars, run_vars), ("run", run_vars, ref_vars))}
     verdict = Verdict("equal", tol, steps, step_rows=rows, variables=variables,
-                      only_in={k: v for k, v in only.items() if v})
+                      only_in={k: v for k, v in only.items() if v}, steps_recorded=(len(ref.loss), len(run.loss)))
     finite_diffs = [v.max_abs for v in variables if math.isfinite(v.max_abs)]
     finite_diffs += [r["update_norm_abs_diff"] for r in rows if math.isfinite(r["update_norm_abs_diff"])]
     verdict.largest_abs = max(finite_diffs, default=0.0)

@@ -59,6 +59,8 @@ def text(verdict: Verdict, precision: str) -> str:
                          f"run {_g(row['run_loss'])}")
         else:
             lines.append("  the losses agree at every step" + ("" if rows else " (no step recorded)"))
+        if verdict.steps_recorded[0] != verdict.steps_recorded[1]:
+            lines.append(f"  the reference recorded {verdict.steps_recorded[0]} steps, the run {verdict.steps_recorded[1]}")
         if verdict.first_update_step:
             row = rows[verdict.first_update_step - 1]
             lines.append(f"  the weight updates part at step {verdict.first_update_step}: norm reference "
