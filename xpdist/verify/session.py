@@ -72,10 +72,10 @@ def _verify(checked: Checked, launch_dir: Path, folder: Path, uri: str, run_id: 
     from xpdist.tracking import store
 
     ref_record, run_record = folder / "reference" / "record", folder / "run" / "record"
-    result = _train(checked.ref_cfg, checked.ref_words, "reference", folder / "reference",
+    result = train(checked.ref_cfg, checked.ref_words, "reference", folder / "reference",
                     command.environment(ref_record), launch_dir, uri, run_id)
     if result.ok:
-        result = _train(checked.cfg, checked.run_words, "run", folder / "run",
+        result = train(checked.cfg, checked.run_words, "run", folder / "run",
                         command.environment(run_record, command.initial_weights(ref_record)), launch_dir, uri, run_id)
     if not result.ok:
         print(f"xpdist: verify: the {result.role} training ended {result.status}: {result.error}", file=sys.stderr)
@@ -101,7 +101,7 @@ def _verify(checked: Checked, launch_dir: Path, folder: Path, uri: str, run_id: 
     return "FINISHED", None, verdict.exit_code
 
 
-def _train(cfg, words, role: str, job_dir: Path, env: Dict[str, str], launch_dir: Path, uri: str, parent: str):
+def train(cfg, words, role: str, job_dir: Path, env: Dict[str, str], launch_dir: Path, uri: str, parent: str):
     """One training as the driver runs it, a child run of the verification; its JobResult, with its role."""
     from xpdist.driver.jobs import job
     from xpdist.tracking import store
