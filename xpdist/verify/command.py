@@ -122,8 +122,12 @@ def check(overrides: List[str], steps: int, launch_dir: Path) -> Checked:
     Raises:
         ConfigError: the configuration cannot run, or cannot be verified (parameter_server).
     """
+    from xpdist.driver.checks import preflight
+    from xpdist.tracking import store
+
     run_words = _without(overrides, FORCED_KEYS) + forced(steps)
     cfg, plain, plan = compose(run_words, launch_dir)
+    preflight.check_tracking_uri(store.resolve_uri(plain.tracking.uri, launch_dir))
     spec = strategies.get(plan.strategy)
     if spec.needs.coordinator:
         raise ConfigError("strategy", plan.strategy, "its workers apply their updates asynchronously, each to the "

@@ -40,10 +40,13 @@ def run(checked: Checked, launch_dir: Path) -> int:
     except process.Interrupted as err:
         error = f"interrupted by {err}"
         print(f"xpdist: verify: {error}; runs closed as KILLED", file=sys.stderr)
+    except Exception as err:  # an error of verify's own: the run ends FAILED, never RUNNING
+        status, error, code = "FAILED", f"{type(err).__name__}: {err}", 1
+        print(f"xpdist: verify: failed: {error}", file=sys.stderr)
     finally:
         with process.signals_deferred():
-            if status == "KILLED":
-                store.set_tags(uri, run_id, {VERDICT_TAG: "interrupted"})
+            if status != "FINISHED":
+                store.set_tags(uri, run_id, {VERDICT_TAG: "interrupted" if status == "KILLED" else "failed"})
             store.terminate(uri, run_id, status, error)
     print(f"  verification run: {run_id}   tracking uri: {uri}\n  tables: {folder}", flush=True)
     return code
