@@ -4,6 +4,7 @@ trainer, engine and precision, as `python -m xpdist verify` finds it (xpdist/ver
     python scripts/equivalence.py                  # every cell a CPU runs (15 minutes or less on 2 cores)
     python scripts/equivalence.py --only "cnn|"    # the cells whose key contains the text, merged in
     python scripts/equivalence.py --gpu            # the GPU-only cells too (scripts/gpu_check.sh runs it)
+    python scripts/equivalence.py --missing        # the cells without a verdict yet (a stopped run, continued)
     python scripts/equivalence.py --render         # the page again from docs/figures/equivalence.json
 
 Each cell is a verification: the cell's configuration for verify's 5 steps against a one-device
@@ -185,6 +186,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="", help="run only the cells whose key (model|strategy|trainer|precision) "
                                                    "contains this text; the others keep their results")
+    parser.add_argument("--missing", action="store_true", help="run only the cells the results file has no "
+                                                               "verdict for (an interrupted run, continued)")
     parser.add_argument("--gpu", action="store_true", help="run the GPU-only cells too")
     parser.add_argument("--render", action="store_true", help="render the page from the results file, run nothing")
     parser.add_argument("--results", type=Path, default=RESULTS)
@@ -192,12 +195,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     results: Dict[str, dict] = json.loads(args.results.read_text()) if args.results.exists() else {}
     if not args.render:
-        run_cells(results, args.only, args.gpu, args.results)
+        run_cells(results, args.only, args.gpu, args.results, args.missing)
     args.page.write_text(render(results))
     return 0
 
 
-def run_cells(results: Dict[str, dict], only: str, gpu: bool, results_file: Path) -> None:
+def run_cells(results: Dict[str, dict], only: str, gpu: bool, results_file: Path, missing: bool = False) -> None:
     from xpdist.driver.processes import standby
 
     # The batchnorm model's module (tests/integration/verify_models.py), for the tasks.
@@ -209,7 +212,7 @@ def run_cells(results: Dict[str, dict], only: str, gpu: bool, results_file: Path
         standby.serve_sweep()
         try:
             for key, model, row, trainer, precision in cells():
-                if only not in key:
+                if only not in key or (missing and key in results):
                     continue
                 if row.not_run and not (gpu and row.not_run == "gpu"):
                     results[key] = {"verdict": row.not_run}
@@ -218,7 +221,10 @@ def run_cells(results: Dict[str, dict], only: str, gpu: bool, results_file: Path
                     results[key] = {"verdict": "limited"}
                     continue
                 begun = time.monotonic()
-                results[key] = runner.run(model, row, trainer, precision)
+                try:
+                    results[key] = runner.run(model, row, trainer, precision)
+                except Exception as err:  # a cell's own failure (not a training's) is its verdict; the rest go on
+                    results[key] = {"verdict": "failed", "why": f"{type(err).__name__}: {err}"}
                 print(f"{key}: {short(results[key])} ({time.monotonic() - begun:.0f} s, "
                       f"{time.monotonic() - started:.0f} s in all)", flush=True)
                 results_file.parent.mkdir(parents=True, exist_ok=True)

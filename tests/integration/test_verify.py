@@ -50,7 +50,6 @@ def table(xpdist, run, name):
 @pytest.mark.parametrize("words", [
     pytest.param(["trainer=fit", *MIRRORED], id="linear-fit-mirrored"),
     pytest.param(["trainer=ctl", *MIRRORED, *CNN], id="cnn-ctl-mirrored"),
-    pytest.param(["trainer=ctl", *MIRRORED], id="linear-ctl-mirrored"),
 ])
 def test_equal_under_mirrored(xpdist, words):
     done = verify(xpdist, *words)
@@ -71,6 +70,18 @@ def test_equal_under_mirrored(xpdist, words):
     assert variables and all(r["within_tolerance"] == "True" for r in variables)
     assert any("kernel" in r["variable"] for r in variables)
     assert any(r["variable"].startswith("optimizer/") for r in variables)
+
+
+def test_equal_linear_ctl_and_verify_never_imports_tensorflow(tmp_path):
+    """A fresh `python -X importtime -m xpdist verify`: its own process (composing, MLflow, the
+    two jobs, the comparison) imports no TensorFlow; the tasks do, in theirs."""
+    from tests.unit.test_architecture import assert_no_tensorflow, driver_imports
+
+    done, modules = driver_imports(tmp_path, "verify", "trainer=ctl", *MIRRORED)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "EQUAL within" in done.stdout
+    assert "xpdist.verify.session" in modules and "mlflow" in modules
+    assert_no_tensorflow(modules)
 
 
 @pytest.mark.cluster

@@ -69,6 +69,18 @@ def test_a_reported_loss_alone_is_a_note_not_a_difference(tmp_path):
     assert "(x2)" in report.text(verdict, "float32")
 
 
+def test_replicas_that_disagree_are_a_difference(tmp_path):
+    ref = record(tmp_path / "ref", [1.0], [0.1], {"dense/kernel": W})
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    StepRecord("fit", [1.0], [0.1], replica_spread={"dense/kernel": 0.25, "dense/bias": 0.0}).write(run_dir)
+    np.savez(run_dir / FINAL_FILE, **{"dense/kernel": W})
+    verdict = compare.judge(ref, run_dir, "float32", 1)
+    assert verdict.verdict == "differs" and verdict.replicas_apart == {"dense/kernel": 0.25}
+    assert "the run's replicas disagree (copies of one variable, largest difference): dense/kernel 0.25" in \
+        report.text(verdict, "float32")
+
+
 def test_fewer_steps_differ(tmp_path):
     verdict = judge(tmp_path, [1.0, 0.9], [0.1, 0.1], {"dense/kernel": W, "opt/iteration": np.array(3)})
     assert verdict.verdict == "differs"

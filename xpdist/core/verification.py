@@ -19,7 +19,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 RECORD_ENV = "XPDIST_VERIFY_DIR"
 INIT_ENV = "XPDIST_VERIFY_INIT"
@@ -43,12 +43,15 @@ class StepRecord:
     update_norm: List[float] = field(default_factory=list)
     # Whether the weights were loaded from XPDIST_VERIFY_INIT (False: built from the seed alone).
     loaded_initial: bool = False
+    # Each variable's largest difference between its copies on the chief's replicas (0 with one).
+    replica_spread: Dict[str, float] = field(default_factory=dict)
 
     def write(self, folder: Path) -> None:
         data = asdict(self)
         # JSON has no NaN: non-finite values travel as strings.
         for key in ("loss", "update_norm"):
             data[key] = [v if math.isfinite(v) else repr(v) for v in data[key]]
+        data["replica_spread"] = {k: v if math.isfinite(v) else repr(v) for k, v in self.replica_spread.items()}
         (folder / STEPS_FILE).write_text(json.dumps(data))
 
     @classmethod
@@ -59,4 +62,5 @@ class StepRecord:
         data = json.loads(path.read_text())
         for key in ("loss", "update_norm"):
             data[key] = [float(v) for v in data[key]]
+        data["replica_spread"] = {k: float(v) for k, v in data.get("replica_spread", {}).items()}
         return cls(**data)

@@ -47,17 +47,38 @@ def _value(variable) -> np.ndarray:
     return value.astype(np.float64) if value.dtype.kind == "f" else value
 
 
-def named_values(variables) -> Dict[str, np.ndarray]:
-    """{name: value}; a name met twice gets '#<n>' (two optimizers' 'iteration', say)."""
-    values: Dict[str, np.ndarray] = {}
+def named(variables) -> Dict[str, object]:
+    """{name: variable}; a name met twice gets '#<n>' (two optimizers' 'iteration', say)."""
+    found: Dict[str, object] = {}
     for variable in variables:
         name = _name(variable)
         key, n = name, 1
-        while key in values:
+        while key in found:
             n += 1
             key = f"{name}#{n}"
-        values[key] = _value(variable)
-    return values
+        found[key] = variable
+    return found
+
+
+def replica_spread(strategy, variable) -> float:
+    """The largest difference between a variable's copies on this task's replicas (0 with one).
+
+    A mirrored variable must hold the same value on every replica; the comparison with the
+    reference reads the first copy only, so copies that drifted apart would pass unseen.
+    Variables synchronised on read (a metric's partial sums) differ per replica by design.
+    """
+    inner = getattr(variable, "_value", variable)  # Keras 3 wraps the tf.Variable
+    sync = getattr(inner, "synchronization", None)
+    if sync is not None and getattr(sync, "name", "") == "ON_READ":
+        return 0.0
+    try:
+        parts = strategy.experimental_local_results(inner)
+    except (TypeError, ValueError):
+        return 0.0
+    if len(parts) < 2:
+        return 0.0
+    values = [np.asarray(part.numpy(), dtype=np.float64) for part in parts]
+    return max(float(np.max(np.abs(v - values[0]))) if v.size else 0.0 for v in values[1:])
 
 
 class Recorder:
@@ -128,10 +149,11 @@ class Recorder:
         """Writes steps.json and final.npz (the chief); every variable, the optimizer's too."""
         if not self.ctx.chief:
             return
-        values = named_values(self.ctx.model.weights)
+        found = named(self.ctx.model.weights)
         variables = self.ctx.optimizer.variables
         variables = variables() if callable(variables) else variables  # a method in tf-keras' legacy optimizers
-        for key, value in named_values(variables).items():
-            values.setdefault(f"optimizer/{key}", value)
-        np.savez(self.folder / FINAL_FILE, **values)
+        for key, variable in named(variables).items():
+            found.setdefault(f"optimizer/{key}", variable)
+        np.savez(self.folder / FINAL_FILE, **{key: _value(v) for key, v in found.items()})
+        self.record.replica_spread = {key: replica_spread(self.ctx.strategy, v) for key, v in found.items()}
         self.record.write(self.folder)

@@ -46,6 +46,8 @@ class Verdict:
     steps: int
     first_step: Optional[int] = None  # 1-based: where the losses part, or the first non-finite value
     first_update_step: Optional[int] = None  # where the weight-update norms part
+    # Variables whose copies on the run's replicas disagree beyond the tolerance: {name: largest difference}.
+    replicas_apart: Dict[str, float] = field(default_factory=dict)
     # Equal training whose reported loss parts from the reference's at this step (a reporting difference).
     reported_loss_step: Optional[int] = None
     nonfinite_in: List[str] = field(default_factory=list)  # which run(s): reference, run
@@ -137,13 +139,15 @@ def judge(ref_dir: Path, run_dir: Path, precision: str, steps: int) -> Verdict:
     only = {k: sorted(set(a) - set(b)) for k, a, b in (("reference", ref_vars, run_vars), ("run", run_vars, ref_vars))}
     verdict = Verdict("equal", tol, steps, step_rows=rows, variables=variables,
                       only_in={k: v for k, v in only.items() if v}, steps_recorded=(len(ref.loss), len(run.loss)))
+    verdict.replicas_apart = {k: v for k, v in run.replica_spread.items() if not v <= tol}
     finite_diffs = [v.max_abs for v in variables if math.isfinite(v.max_abs)]
     finite_diffs += [r["update_norm_abs_diff"] for r in rows if math.isfinite(r["update_norm_abs_diff"])]
     verdict.largest_abs = max(finite_diffs, default=0.0)
     if nonfinite is not None or not all(v.finite for v in variables):
         verdict.verdict, verdict.nonfinite_in = "nonfinite", where or ["final variables"]
         verdict.first_step = nonfinite
-    elif parted_update is not None or not all(v.equal for v in variables) or len(ref.loss) != len(run.loss):
+    elif (parted_update is not None or not all(v.equal for v in variables) or len(ref.loss) != len(run.loss)
+          or verdict.replicas_apart):
         verdict.verdict = "differs"
         verdict.first_step, verdict.first_update_step = parted, parted_update
     elif parted is not None:

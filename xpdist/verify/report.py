@@ -72,6 +72,9 @@ def text(verdict: Verdict, precision: str) -> str:
         lines += [f"    {v.name:<{width}}  {_g(v.max_abs):>9}  {_g(v.max_rel):>9}" for v in worst]
         parted = sum(not v.equal for v in verdict.variables)
         lines.append(f"  {parted} of {len(verdict.variables)} variables differ")
+    if verdict.replicas_apart:
+        lines.append("  the run's replicas disagree (copies of one variable, largest difference): " + ", ".join(
+            f"{name} {_g(diff)}" for name, diff in sorted(verdict.replicas_apart.items(), key=lambda kv: -kv[1])[:5]))
     for run, names in verdict.only_in.items():
         lines.append(f"  only in the {run}: {', '.join(names)}")
     return "\n".join(lines)
