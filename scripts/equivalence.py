@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -76,9 +77,7 @@ MODELS: Dict[str, dict] = {
                             "weights (the moving statistics), and batch statistics that are each replica's own "
                             "(Keras' default, `synchronized=False`)"),
 }
-NOT_RUN = {"gpu": "not run here (needs a GPU: scripts/gpu_check.sh runs it)",
-           "limited": "not run (a local Ray per cell: linear in float32 only)",
-           "tpu": "not run (needs a TPU; verify refuses it: the replica count is known only once connected)"}
+NOT_RUN = {"gpu": "not run (GPU)", "limited": "not run (Ray: linear, float32 only)", "tpu": "not run (TPU)"}
 
 
 def cell_key(model: str, row: Row, trainer: str, precision: str) -> str:
@@ -123,13 +122,30 @@ class Runner:
                              command.environment(folder / "run" / "record", command.initial_weights(ref_record)),
                              self.workdir, self.uri, None)
         if not done.ok:
-            return {"verdict": "failed", "why": done.error}
+            return {"verdict": "failed", "why": task_error(folder / "run" / "job") or done.error}
         verdict = compare.judge(ref_record, folder / "run" / "record", precision, STEPS)
         worst = verdict.worst(1)
         return {"verdict": verdict.verdict, "largest": verdict.largest_abs, "step": verdict.first_step,
                 "update_step": verdict.first_update_step, "reported_loss_step": verdict.reported_loss_step,
                 "worst": worst[0].name if worst else None, "worst_rel": worst[0].max_rel if worst else None,
                 "notes": list(checked.notes.values())}
+
+
+def task_error(job_dir: Path) -> Optional[str]:
+    """The last line of the task's traceback that names an error: TensorFlow's "in user code:"
+    first lines say nothing of the cause."""
+    from xpdist.core.jobdir import JobDir
+
+    path = JobDir(job_dir).task_error
+    if not path.exists():
+        return None
+    text = re.sub(r"\x1b\[[0-9;]*m", "", path.read_text(errors="replace"))
+    # Keras' "Exception encountered when calling LAYER.call()." puts the cause on a line of its own.
+    causes = re.findall(r"Exception encountered when calling \S+\s*\n\s*\n?\s*([^\n]+)", text)
+    if causes:
+        return causes[-1].strip()
+    lines = [line.strip() for line in text.splitlines() if "Error: " in line]
+    return lines[-1] if lines else None
 
 
 def short(result: dict) -> str:
@@ -146,8 +162,10 @@ def short(result: dict) -> str:
         text = f"**non-finite** from step {result.get('step')}"
     elif verdict in NOT_RUN:
         text = NOT_RUN[verdict]
-    else:
-        text = f"{verdict}: {result.get('why', '')}".replace("|", "/")
+    else:  # refused or failed: the error's first clause, without the job's paths or the key=value
+        why = result.get("why", "").split(" (traceback")[0].split(". ")[0].split(", ")[0]
+        why = why.split(": ", 1)[-1] if verdict == "refused" else why
+        text = f"{verdict}: {why}".replace("|", "/")
     return text + (" [tf-keras]" if any("tf-keras" in n for n in result.get("notes", [])) else "")
 
 
@@ -168,7 +186,12 @@ def render(results: Dict[str, dict]) -> str:
              "Model.fit under multi_worker_mirrored (keras-team/keras#20585, tensorflow/tensorflow#72388) and "
              "central_storage (wrong metrics); the reference used tf-keras too. `(reported loss differs)`: every "
              "update and variable agree, the loss reported per step does not (tf-keras' batch logs under "
-             "multi_worker_mirrored report the workers' sum).", ""]
+             "multi_worker_mirrored report the workers' sum). `not run (GPU)`: nccl has no CPU kernel; "
+             "scripts/gpu_check.sh runs these cells on a GPU (`python scripts/equivalence.py --gpu`). `not run "
+             "(Ray: ...)`: a private Ray starts for each run (about 40 s), so the Ray row holds the linear model in "
+             "float32. `not run (TPU)`: no TPU here, and verify refuses strategy=tpu (its replica count is known only "
+             "once connected). parameter_server is refused: asynchronous updates depend on timing (docs/verify.md). "
+             "A `failed` cell is a training that fails under that strategy, with its error.", ""]
     for model, spec in MODELS.items():
         columns = [(t, p) for t in TRAINERS for p in spec["precisions"]]
         lines += [f"## {model}", "", f"{spec['about'][0].upper()}{spec['about'][1:]}.", "",
@@ -206,6 +229,7 @@ def run_cells(results: Dict[str, dict], only: str, gpu: bool, results_file: Path
     # The batchnorm model's module (tests/integration/verify_models.py), for the tasks.
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     started = time.monotonic()
+    results_file.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="xpdist-equivalence-") as tmp:
         runner = Runner(Path(tmp), f"sqlite:///{tmp}/mlflow.db")
         standby.start([])  # the tasks are forked from it, as a sweep's jobs are (xpdist/verify/cli.py)
@@ -227,10 +251,10 @@ def run_cells(results: Dict[str, dict], only: str, gpu: bool, results_file: Path
                     results[key] = {"verdict": "failed", "why": f"{type(err).__name__}: {err}"}
                 print(f"{key}: {short(results[key])} ({time.monotonic() - begun:.0f} s, "
                       f"{time.monotonic() - started:.0f} s in all)", flush=True)
-                results_file.parent.mkdir(parents=True, exist_ok=True)
                 results_file.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
         finally:
             standby.discard()
+            results_file.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")  # the cells not run, too
 
 
 if __name__ == "__main__":

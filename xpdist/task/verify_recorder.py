@@ -146,14 +146,22 @@ class Recorder:
         return VerifySteps()
 
     def finish(self) -> None:
-        """Writes steps.json and final.npz (the chief); every variable, the optimizer's too."""
-        if not self.ctx.chief:
-            return
+        """Writes steps.json and final.npz (the chief); every variable, the optimizer's too.
+
+        Every worker reads the variables, the chief alone writes: reading a variable synchronised
+        on read (tf-keras' BatchNormalization statistics) is a collective under
+        multi_worker_mirrored, which the other workers must join or the chief waits for them
+        until TensorFlow declares them lost.
+        """
         found = named(self.ctx.model.weights)
         variables = self.ctx.optimizer.variables
         variables = variables() if callable(variables) else variables  # a method in tf-keras' legacy optimizers
         for key, variable in named(variables).items():
             found.setdefault(f"optimizer/{key}", variable)
-        np.savez(self.folder / FINAL_FILE, **{key: _value(v) for key, v in found.items()})
-        self.record.replica_spread = {key: replica_spread(self.ctx.strategy, v) for key, v in found.items()}
+        values = {key: _value(v) for key, v in found.items()}
+        spread = {key: replica_spread(self.ctx.strategy, v) for key, v in found.items()}
+        if not self.ctx.chief:
+            return
+        np.savez(self.folder / FINAL_FILE, **values)
+        self.record.replica_spread = spread
         self.record.write(self.folder)
