@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import tempfile
 import time
@@ -122,30 +121,13 @@ class Runner:
                              command.environment(folder / "run" / "record", command.initial_weights(ref_record)),
                              self.workdir, self.uri, None)
         if not done.ok:
-            return {"verdict": "failed", "why": task_error(folder / "run" / "job") or done.error}
+            return {"verdict": "failed", "why": session.cause(folder / "run" / "job") or done.error}
         verdict = compare.judge(ref_record, folder / "run" / "record", precision, STEPS)
         worst = verdict.worst(1)
         return {"verdict": verdict.verdict, "largest": verdict.largest_abs, "step": verdict.first_step,
                 "update_step": verdict.first_update_step, "reported_loss_step": verdict.reported_loss_step,
                 "worst": worst[0].name if worst else None, "worst_rel": worst[0].max_rel if worst else None,
                 "notes": list(checked.notes.values())}
-
-
-def task_error(job_dir: Path) -> Optional[str]:
-    """The last line of the task's traceback that names an error: TensorFlow's "in user code:"
-    first lines say nothing of the cause."""
-    from xpdist.core.jobdir import JobDir
-
-    path = JobDir(job_dir).task_error
-    if not path.exists():
-        return None
-    text = re.sub(r"\x1b\[[0-9;]*m", "", path.read_text(errors="replace"))
-    # Keras' "Exception encountered when calling LAYER.call()." puts the cause on a line of its own.
-    causes = re.findall(r"Exception encountered when calling \S+\s*\n\s*\n?\s*([^\n]+)", text)
-    if causes:
-        return causes[-1].strip()
-    lines = [line.strip() for line in text.splitlines() if "Error: " in line]
-    return lines[-1] if lines else None
 
 
 def short(result: dict) -> str:

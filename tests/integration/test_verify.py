@@ -167,6 +167,17 @@ def test_nonfinite_named_with_its_step(xpdist):
     assert parent.data.tags["xpdist.verify.first_step"] == str(NAN_STEP)
 
 
+def test_a_failed_training_closes_the_verification_failed_with_its_cause(xpdist):
+    done = verify(xpdist, *MIRRORED, "model=custom", "model._target_=tests.integration.user_models.reshape_error")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "xpdist: verify: the reference training ended FAILED" in done.stderr
+    parent, children = verification(xpdist)
+    assert parent.info.status == "FAILED" and parent.data.tags["xpdist.verify"] == "failed"
+    assert "the reference training ended FAILED" in parent.data.tags["xpdist.error"]
+    assert [r.info.status for r in xpdist.runs() if r.info.status == "RUNNING"] == []
+    assert list(children) == ["reference"] and children["reference"].info.status == "FAILED"
+
+
 def test_parameter_server_refused_in_one_line(xpdist):
     done = xpdist.run("verify", "strategy=parameter_server", "cluster=localhost", "cluster.ps=1", tiny=False,
                       fork="check")

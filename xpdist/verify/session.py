@@ -7,9 +7,10 @@ its verdict, FAILED when a training failed (its error on the run), KILLED on Ctr
 from __future__ import annotations
 
 import math
+import re
 import sys
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 from xpdist.verify import command, compare, report
 from xpdist.verify.command import Checked
@@ -81,9 +82,10 @@ def _verify(checked: Checked, launch_dir: Path, folder: Path, uri: str, run_id: 
         result = train(checked.cfg, checked.run_words, "run", folder / "run",
                         command.environment(run_record, command.initial_weights(ref_record)), launch_dir, uri, run_id)
     if not result.ok:
-        print(f"xpdist: verify: the {result.role} training ended {result.status}: {result.error}", file=sys.stderr)
+        why = cause(folder / result.role) or result.error
+        print(f"xpdist: verify: the {result.role} training ended {result.status}: {why}", file=sys.stderr)
         store.set_tags(uri, run_id, {VERDICT_TAG: "failed"})
-        return "FAILED", f"the {result.role} training ended {result.status}: {result.error}", 1
+        return "FAILED", f"the {result.role} training ended {result.status}: {why}", 1
     verdict = compare.judge(ref_record, run_record, checked.precision, checked.steps)
     paths = report.write(verdict, checked.precision, folder)
     store.log_artifacts(uri, run_id, paths, "verify")
@@ -138,3 +140,21 @@ def _log_metrics(uri: str, run_id: str, metrics: Dict[str, float]) -> None:
     now = int(time.time() * 1000)
     store.client(uri).log_batch(run_id, metrics=[Metric(k, v if math.isfinite(v) else 0.0, now, 0)
                                                  for k, v in metrics.items()])
+
+
+def cause(job_dir: Path) -> Optional[str]:
+    """The cause of a failed training, from its task's traceback (JobDir.task_error): the line
+    Keras puts after "Exception encountered when calling LAYER.call().", else the last line that
+    names an error. The job's one-line error is often TensorFlow's "in user code:", no cause."""
+    from xpdist.core.jobdir import JobDir
+
+    path = JobDir(job_dir).task_error
+    if not path.exists():
+        return None
+    text = re.sub(r"\x1b\[[0-9;]*m", "", path.read_text(errors="replace"))
+    # Keras' "Exception encountered when calling LAYER.call()." puts the cause on a line of its own.
+    causes = re.findall(r"Exception encountered when calling \S+\s*\n\s*\n?\s*([^\n]+)", text)
+    if causes:
+        return causes[-1].strip()
+    lines = [line.strip() for line in text.splitlines() if "Error: " in line]
+    return lines[-1] if lines else None
