@@ -14,9 +14,14 @@ from __future__ import annotations
 
 import csv
 import io
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
+from tests.helpers import xpdist_env
 from tests.integration.verify_models import NAN_STEP
 
 pytestmark = pytest.mark.slow
@@ -176,6 +181,32 @@ def test_a_failed_training_closes_the_verification_failed_with_its_cause(xpdist)
     assert "the reference training ended FAILED" in parent.data.tags["xpdist.error"]
     assert [r.info.status for r in xpdist.runs() if r.info.status == "RUNNING"] == []
     assert list(children) == ["reference"] and children["reference"].info.status == "FAILED"
+
+
+def test_sigterm_closes_every_run_killed(xpdist):
+    """Stopped while a training runs: that training's run and the verification's end KILLED, none RUNNING."""
+    proc = subprocess.Popen([sys.executable, "-m", "xpdist", "verify", *MIRRORED, "verify.steps=400",
+                             "dataset.num_examples=4000"], cwd=xpdist.workdir, env=xpdist_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any(
+                r.data.tags.get("mlflow.parentRunId") for r in xpdist.runs()):
+            time.sleep(0.5)
+        time.sleep(2.0)  # the reference's task trains
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out
+    runs = xpdist.runs()
+    statuses = [(r.info.run_name, r.info.status) for r in runs]
+    assert not [s for s in statuses if s[1] == "RUNNING"], statuses
+    parent, children = verification(xpdist)
+    assert parent.info.status == "KILLED" and parent.data.tags["xpdist.verify"] == "interrupted"
+    # The training under way when the signal came is KILLED (the reference may have finished by then).
+    assert "KILLED" in {r.info.status for r in children.values()}, statuses
 
 
 def test_parameter_server_refused_in_one_line(xpdist):

@@ -107,12 +107,15 @@ def _verify(checked: Checked, launch_dir: Path, folder: Path, uri: str, run_id: 
 
 
 def train(cfg, words, role: str, job_dir: Path, env: Dict[str, str], launch_dir: Path, uri: str, parent: str):
-    """One training as the driver runs it, a child run of the verification; its JobResult, with its role."""
-    from xpdist.driver.jobs import job
-    from xpdist.tracking import store
+    """One training as the driver runs it, a child run of the verification; its JobResult, with
+    its role (also a tag of its run, an interrupted one's included).
 
+    Raises:
+        process.Interrupted: after the driver closed the training's run KILLED.
+    """
     from xpdist.driver import engines
-    from xpdist.driver.processes import standby
+    from xpdist.driver.jobs import job
+    from xpdist.driver.processes import process, standby
 
     job_dir.mkdir(parents=True)
     standby.keep_if(engines.of(cfg).keeps_standby and not cfg.verbose)  # as the driver decides it
@@ -120,14 +123,24 @@ def train(cfg, words, role: str, job_dir: Path, env: Dict[str, str], launch_dir:
     try:
         result = job.run(cfg, job.JobContext(launch_dir=launch_dir, job_dir=job_dir, overrides=list(words),
                                              parent_run_id=parent, tracking_uri=uri))
+    except process.Interrupted as err:
+        with process.signals_deferred():
+            _tag_role(uri, getattr(getattr(err, "result", None), "run_id", None), role)
+        raise
     finally:
         command.restore_env(previous)
     result.role = role
-    if result.run_id:
-        store.set_tags(uri, result.run_id, {"xpdist.verify.role": role})
+    _tag_role(uri, result.run_id, role)
     print(f"xpdist: verify: {role} training {result.status} in {result.wall_time_s:.1f} s"
           + (f" (run {result.run_id})" if result.run_id else ""), flush=True)
     return result
+
+
+def _tag_role(uri: str, run_id: Optional[str], role: str) -> None:
+    from xpdist.tracking import store
+
+    if run_id:
+        store.set_tags(uri, run_id, {"xpdist.verify.role": role})
 
 
 def _log_metrics(uri: str, run_id: str, metrics: Dict[str, float]) -> None:
