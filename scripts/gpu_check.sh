@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU-only paths, run once on a machine with an NVIDIA GPU: nccl and hierarchical
 # cross_ops, multi_worker_mirrored with communication=nccl, mixed_float16 (loss scaling),
-# mixed_bfloat16, XLA, a cnn benchmark row against the hand-written script, and the advisor
-# on a ResNet50. Prints a table of what passed, with figures. At most about 8 minutes on one
+# mixed_bfloat16, XLA, a cnn benchmark row against the hand-written script, the advisor
+# on a ResNet50, and the equivalence matrix's nccl cells (scripts/equivalence.py --gpu). Prints a table of what passed, with figures. At most about 8 minutes on one
 # GPU, and up to 15 more for the advisor (budget_s=600).
 #
 #   bash scripts/gpu_check.sh            # from the repository root; python -m xpdist must work
@@ -81,6 +81,13 @@ timeout 900 python -m xpdist advise budget_s=600 model=keras_app model.architect
     "tracking.uri=sqlite:///$WORK/mlflow.db" > "$WORK/advise.log" 2>&1
 advise_code=$?
 
+# The equivalence matrix's GPU-only cells (nccl), merged into a copy of docs/equivalence.md's
+# results: `python -m xpdist verify` for each (docs/verify.md).
+cp docs/figures/equivalence.json "$WORK/equivalence.json"
+timeout 900 python scripts/equivalence.py --gpu --only nccl --results "$WORK/equivalence.json" \
+    --page "$WORK/equivalence.md" > "$WORK/equivalence.log" 2>&1
+equivalence_code=$?
+
 echo
 echo "| case | status | wall s | steady ex/s | final loss | why it failed |"
 echo "|---|---|---:|---:|---:|---|"
@@ -94,6 +101,9 @@ else
 fi
 echo "advisor (exit $advise_code), its answer:"
 tail -n 25 "$WORK/advise.log"
+echo "equivalence matrix, nccl cells (exit $equivalence_code; page $WORK/equivalence.md, copy"
+echo "$WORK/equivalence.json to docs/figures/ and run scripts/equivalence.py --render to publish):"
+grep -E "^(linear|cnn|batchnorm)\|" "$WORK/equivalence.log"
 failed=$(awk -F'\t' '$2 != "PASS"' "$RESULTS" | wc -l)
 echo "gpu_check: $(wc -l < "$RESULTS") cases, $failed failed; logs in $WORK"
-[ "$failed" -eq 0 ] && [ "$bench_code" -eq 0 ] && [ "$advise_code" -eq 0 ]
+[ "$failed" -eq 0 ] && [ "$bench_code" -eq 0 ] && [ "$advise_code" -eq 0 ] && [ "$equivalence_code" -eq 0 ]

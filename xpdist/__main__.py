@@ -3,6 +3,7 @@
 The standby task starts here, before Hydra is imported (xpdist/driver/processes/standby.py).
 `python -m xpdist docs [PAGE]` prints where the documentation is (xpdist/core/docs.py);
 `python -m xpdist advise [budget_s=N] OVERRIDES` probes strategies and recommends one (docs/advisor.md).
+`python -m xpdist verify [verify.steps=N] OVERRIDES` checks a run against one device (docs/verify.md).
 """
 
 import sys
@@ -19,6 +20,10 @@ def cli() -> None:
         from xpdist.advisor import advise
 
         sys.exit(advise.cli(sys.argv[2:]))
+    if sys.argv[1:2] == ["verify"]:  # `python -m xpdist verify ...`: a run against one device (xpdist/verify/)
+        from xpdist.verify import cli as verify
+
+        verify.main(sys.argv[2:])
     standby.start(sys.argv[1:])
     try:
         from xpdist.driver import main  # after the standby task's start: importing Hydra takes 0.25 s

@@ -207,7 +207,7 @@ def rank(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 # The steps each probe traces with TensorFlow's profiler (trainer.profile_steps), counted within
 # one epoch added after its probe_epochs, past that epoch's first steps. The traced epoch is left
-# out of steady examples/sec (xpdist/task/profile.traced_epochs), and the epochs the rate is taken
+# out of steady examples/sec (xpdist/task/measure/profile.traced_epochs), and the epochs the rate is taken
 # from come before it: a trace made in the first epoch left some candidates training up to 35%
 # faster for the rest of the run than they do untraced (MobileNetV2, per-replica batch 16,
 # central_storage on 4 logical CPUs: docs/advisor.md). A probe whose epochs are shorter is not

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Callable, Dict, Optional
 
 from xpdist.core import strategies as core_strategies
-from xpdist.core.plan import Plan, resolved_at_run_time, with_replicas
 from xpdist.core.clusterenv import ClusterEnv
+from xpdist.core.plan import Plan, resolved_at_run_time, with_replicas
 from xpdist.core.protocol.jobdir import JobDir, JobSpec, MetricFile, RunReady
 from xpdist.core.registry import Registry
-from xpdist.task import boot, data, export, models, strategies
+from xpdist.task import boot, data, export, models, strategies, verify_recorder
 from xpdist.task.measure import flops, profile
 from xpdist.task.train import ctl, fit, losses, precision, ps_ctl, resize, schedules
 from xpdist.task.train.clipping import after_all_reduce
@@ -234,6 +234,7 @@ def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> Optional[int]:
         if cluster.is_chief:
             job.write_resolved(spec.plan)
     ctx = build_context(tf, cfg, spec, strategy, job, cluster)
+    recorder = verify_recorder.attach(ctx)  # `python -m xpdist verify` only
     preloaded = None
     if cluster.is_chief and cfg.tracking.log_model:  # the export's imports, while training runs
         preloaded = export.preload(ctx, lambda: preload_may_start(ctx))
@@ -243,6 +244,8 @@ def run(cfg, spec: JobSpec, job: JobDir, cluster: ClusterEnv) -> Optional[int]:
         final = train(ctx)
     except tf.errors.OpError as err:  # a bad file of a streamed source: name it and its key
         raise data.explain(tf, cfg, Path(spec.launch_dir), err) from err
+    if recorder is not None:
+        recorder.finish()
     if ctx.logger is not None:  # the run's summary figures, at the last epoch's step
         summary = {k: final[k] for k in ("steady_examples_per_sec", "first_step_s") if k in final}
         # After training: counting costs the first step nothing.

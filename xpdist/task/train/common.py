@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
-from xpdist.core.plan import Plan
 from xpdist.core.clusterenv import ClusterEnv
+from xpdist.core.plan import Plan
 from xpdist.core.protocol.jobdir import JobDir
 from xpdist.core.protocol.taskenv import LAUNCHED_AT_ENV
 from xpdist.task.measure import profile
@@ -43,6 +43,8 @@ class TrainContext:
     schedule: Optional[Any] = None
     # A task of this job may start again in its job directory (JobSpec.restartable).
     restartable: bool = True
+    # `python -m xpdist verify`'s recorder (xpdist/task/verify_recorder.py), None in a training.
+    verify: Optional[Any] = None
 
     def step_done(self) -> None:
         """Called after every training call; remembers when the first one finished."""

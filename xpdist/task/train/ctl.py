@@ -132,6 +132,8 @@ def train(ctx: TrainContext) -> Dict[str, float]:
                 window.after(epoch * steps + done, ran)
             done += ran
             ctx.step_done()
+            if ctx.verify is not None:  # `python -m xpdist verify` runs one step per call
+                ctx.verify.after_step(float(loss_total))
             if ctx.logger is not None and cfg.trainer.log_every_n_steps and done % cfg.trainer.log_every_n_steps < ran:
                 ctx.logger.add({"batch_loss": float(loss_total) / ran}, step=epoch * steps + done)
             if bar is not None:

@@ -88,6 +88,8 @@ def _callbacks(ctx: TrainContext):
             self._manager.save(checkpoint_number=epoch + 1)
 
     callbacks = [StepLoss() if every else MlflowEpochs()]
+    if ctx.verify is not None:  # `python -m xpdist verify`: before the user's callbacks can stop training
+        callbacks.append(ctx.verify.fit_callback())
     # The chosen callbacks, after the epoch is recorded: its learning_rate is the one it trained with.
     callbacks += user_callbacks.build(keras, ctx.cfg)
     if not strategies.get(ctx.plan.strategy).needs.coordinator:  # its Model.fit refuses batch-level callbacks
