@@ -64,7 +64,7 @@ def run(cfg: DictConfig, ctx: JobContext) -> JobResult:
     runs its part and records nothing (_run_member).
 
     Args:
-        cfg: the job's config, resolved (core.resolved.resolve): the one object every step reads.
+        cfg: the job's config, resolved (core.protocol.resolved.resolve): the one object every step reads.
         ctx: where the job runs and records.
 
     Raises:

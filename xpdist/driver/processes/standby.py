@@ -9,7 +9,7 @@ job of a sweep, each restart. So `python -m xpdist` starts `python -m xpdist.tas
 first thing (start): it imports TensorFlow while Hydra composes, then waits on its stdin. Each
 task of the command is forked from it (claim): the launcher hands it the job, as the arguments,
 working directory and environment a task started for the job would have had
-(core.taskenv.Handoff), and gets back a child process of its own (spawn.Adopted), which it
+(core.protocol.taskenv.Handoff), and gets back a child process of its own (spawn.Adopted), which it
 waits for and signals like one it started. It serves every job of a sweep run in this process
 (Hydra's basic launcher and sweeper) and every restart of a cluster, and ends with the command
 (discard), or once a single run has forked the last task it can have (claim's `last`). What
