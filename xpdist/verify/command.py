@@ -86,11 +86,10 @@ def compose(words: List[str], launch_dir: Path):
         ConfigError: the words do not compose (one line), or preflight refuses the config.
     """
     from hydra import compose as hydra_compose, initialize_config_module
-    from omegaconf import OmegaConf
 
+    from xpdist.core.protocol.resolved import resolve
     from xpdist.core.schema import register_configs
     from xpdist.driver.checks import config_errors, preflight
-    from xpdist.driver.jobs import job
 
     register_configs()
     try:
@@ -99,8 +98,8 @@ def compose(words: List[str], launch_dir: Path):
     except config_errors.COMPOSE_ERRORS as err:
         raise ConfigError("overrides", " ".join(words), config_errors.one_line(err),
                           "Fix the override; `python -m xpdist --check OVERRIDES` shows the plan.") from None
-    plain = OmegaConf.create(job.plain_config(cfg))
-    return cfg, plain, preflight.check(plain, launch_dir)
+    cfg = resolve(cfg)  # once, as the driver does: the one object the job reads
+    return cfg, preflight.check(cfg, launch_dir)
 
 
 class Checked:
@@ -108,12 +107,12 @@ class Checked:
 
     def __init__(self, steps: int, overrides: List[str], run: tuple, reference: tuple, notes: Dict[str, str]):
         self.steps, self.overrides, self.notes = steps, overrides, notes
-        self.run_words, self.cfg, self.plain, self.plan = run
-        self.ref_words, self.ref_cfg, self.ref_plain, self.ref_plan = reference
+        self.run_words, self.cfg, self.plan = run
+        self.ref_words, self.ref_cfg, self.ref_plan = reference
 
     @property
     def precision(self) -> str:
-        return str(self.plain.trainer.precision)
+        return str(self.cfg.trainer.precision)
 
 
 def check(overrides: List[str], steps: int, launch_dir: Path) -> Checked:
@@ -126,8 +125,8 @@ def check(overrides: List[str], steps: int, launch_dir: Path) -> Checked:
     from xpdist.tracking import store
 
     run_words = _without(overrides, FORCED_KEYS) + forced(steps)
-    cfg, plain, plan = compose(run_words, launch_dir)
-    preflight.check_tracking_uri(store.resolve_uri(plain.tracking.uri, launch_dir))
+    cfg, plan = compose(run_words, launch_dir)
+    preflight.check_tracking_uri(store.resolve_uri(cfg.tracking.uri, launch_dir))
     spec = strategies.get(plan.strategy)
     if spec.needs.coordinator:
         raise ConfigError("strategy", plan.strategy, "its workers apply their updates asynchronously, each to the "
@@ -143,20 +142,20 @@ def check(overrides: List[str], steps: int, launch_dir: Path) -> Checked:
         "strategy=default", "cluster=local", f"keras={plan.keras}",
         f"dataset.per_replica_batch_size={plan.global_batch_size}",
         "optimizer.lr_scaling=none", f"optimizer.learning_rate={plan.learning_rate!r}"]
-    ref_cfg, ref_plain, ref_plan = compose(reference, launch_dir)
+    ref_cfg, ref_plan = compose(reference, launch_dir)
     if (ref_plan.global_batch_size, ref_plan.steps_per_epoch) != (plan.global_batch_size, plan.steps_per_epoch):
-        raise ConfigError("dataset", plain.dataset.name, f"the one-device reference plans a global batch of "
+        raise ConfigError("dataset", cfg.dataset.name, f"the one-device reference plans a global batch of "
                           f"{ref_plan.global_batch_size} and {ref_plan.steps_per_epoch} steps, the run "
                           f"{plan.global_batch_size} and {plan.steps_per_epoch}", "Use a data source whose size "
                           "does not depend on the replica count, or set trainer.steps_per_epoch.")
-    return Checked(steps, overrides, (run_words, cfg, plain, plan), (reference, ref_cfg, ref_plain, ref_plan),
-                   notes(plain, plan))
+    return Checked(steps, overrides, (run_words, cfg, plan), (reference, ref_cfg, ref_plan),
+                   notes(cfg, plan))
 
 
-def notes(plain, plan) -> Dict[str, str]:
+def notes(cfg, plan) -> Dict[str, str]:
     """What xpdist itself changes in the user's request to work around an upstream bug, as tags."""
     found = {}
-    if plain.keras == "auto" and plan.keras == "legacy" and plain.trainer.name == "fit":
+    if cfg.keras == "auto" and plan.keras == "legacy" and cfg.trainer.name == "fit":
         why = KERAS_FALLBACK.get(plan.strategy, f"Keras 3's Model.fit does not train right under {plan.strategy}")
         found["xpdist.verify.fallback.keras"] = f"keras=auto trains with tf-keras: {why}"
     return found

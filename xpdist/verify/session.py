@@ -25,15 +25,15 @@ def run(checked: Checked, launch_dir: Path) -> int:
     from xpdist.tracking import store
     from xpdist.tracking.params import run_params
 
-    plan, plain = checked.plan, checked.plain
-    uri = store.resolve_uri(plain.tracking.uri, launch_dir)
+    plan, cfg = checked.plan, checked.cfg
+    uri = store.resolve_uri(cfg.tracking.uri, launch_dir)
     folder = command.out_dir(launch_dir)
     _describe(checked)
     tags = {VERDICT_TAG: "running", "mlflow.source.name": "python -m xpdist verify",
             "xpdist.overrides": " ".join(checked.overrides) or "(none)", "strategy": plan.strategy,
             "cluster": plan.cluster, "xpdist.verify.dir": str(folder.resolve()), **checked.notes}
     params = run_params(command_config(checked), plan, {"verify.steps": checked.steps})
-    run_id = store.create_run(uri, plain.tracking.experiment, f"verify-{plan.run_name}", params, tags)
+    run_id = store.create_run(uri, cfg.tracking.experiment, f"verify-{plan.run_name}", params, tags)
     status, error, code = "KILLED", "interrupted", 130
     try:
         with process.signals_raise():
@@ -54,16 +54,16 @@ def run(checked: Checked, launch_dir: Path) -> int:
 
 
 def command_config(checked: Checked) -> Dict:
-    from omegaconf import OmegaConf
+    from xpdist.core.protocol.resolved import as_data
 
-    return OmegaConf.to_container(checked.plain, resolve=True)
+    return as_data(checked.cfg)
 
 
 def _describe(checked: Checked) -> None:
     plan, ref = checked.plan, checked.ref_plan
     flavour = "tf-keras" if plan.keras == "legacy" else "Keras 3"
     print(f"xpdist: verify: run {plan.strategy} on cluster={plan.cluster}, {plan.num_replicas} replica(s), "
-          f"global batch {plan.global_batch_size}, trainer={checked.plain.trainer.name} ({flavour}), "
+          f"global batch {plan.global_batch_size}, trainer={checked.cfg.trainer.name} ({flavour}), "
           f"precision {checked.precision}\n  against a reference on one device (strategy={ref.strategy}, "
           f"batch {ref.global_batch_size}, learning rate {ref.learning_rate:g}), same seed, data order, optimizer, "
           f"schedule and initial weights; {checked.steps} steps each, steps_per_execution=1", flush=True)
