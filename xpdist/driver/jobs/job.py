@@ -30,7 +30,7 @@ from xpdist.core.protocol.resolved import as_data
 from xpdist.core.protocol.taskenv import LAUNCHED_AT_ENV
 from xpdist.driver import engines
 from xpdist.driver.checks import preflight
-from xpdist.driver.jobs import requeue, resume
+from xpdist.driver.jobs import requeue, resize, resume
 from xpdist.driver.processes import process
 from xpdist.tracking import heartbeat, reap, store
 from xpdist.tracking.params import rejected_params, run_params
@@ -197,6 +197,9 @@ def _record(result: JobResult, recorder: "_Recorder", outcome, trial, plan: Plan
     _log_resolved(uri, result.run_id, job, plan, result)
     if outcome.restarts:
         store.set_tags(uri, result.run_id, {"xpdist.restarts": str(outcome.restarts)})
+    if outcome.resized:  # cluster=ray went on with the workers left (cluster.min_workers)
+        resize.record(uri, result.run_id, outcome.resized)
+        result.num_replicas = int(outcome.resized[-1].size["params"]["num_replicas"])
     _tag_stopped_early(uri, result.run_id, job)
     _log_outputs(uri, result.run_id, job, recorder.tracking, result.ok)
     return True

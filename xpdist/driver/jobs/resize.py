@@ -17,8 +17,8 @@ import time
 from typing import Dict, Optional
 
 from xpdist.core import data_sources
-from xpdist.core.errors import ConfigError
 from xpdist.core.plan import KEEP_PER_REPLICA, Plan, Resize, SIZE_KEYS, SIZE_PARAMS, at_size, epoch_steps
+from xpdist.core.resize import warmup_steps
 from xpdist.tracking import store
 
 # The run's size as of its last resize (JSON: the size params, and the plan's Resize).
@@ -93,15 +93,8 @@ def _from_to(what: str, before, after) -> str:
 
 
 def _warmup_steps(cfg, plan: Plan) -> int:
-    """tracking.resize_warmup_steps, else the schedule's own warmup at the new steps per epoch, else one epoch."""
-    steps = cfg.tracking.resize_warmup_steps
-    if steps is not None:
-        if steps < 0:
-            raise ConfigError("tracking.resize_warmup_steps", steps, "a number of optimizer steps must be 0 or more",
-                              "Use 0 (the new rate at once) or a number of steps, e.g. 100.")
-        return int(steps)
-    epochs = float(cfg.schedule.get("warmup_epochs", 0.0) or 0.0)
-    return max(1, int(round(epochs * plan.steps_per_epoch))) if epochs > 0 else plan.steps_per_epoch
+    """tracking.resize_warmup_steps, else the schedule's own warmup, else one epoch (core/resize.py)."""
+    return warmup_steps(cfg, plan.steps_per_epoch)
 
 
 def _rate_at(mlflow_client, run, epoch: int, default: float) -> float:
@@ -140,3 +133,16 @@ def log_replicas_before(uri: str, run_id: str, replicas: int, epochs: int) -> No
                for epoch in range(1, epochs + 1) if epoch not in known]
     if metrics:
         store.retry(mlflow_client.log_batch, run_id, metrics=metrics)
+
+
+def record(uri: str, run_id: str, resized) -> None:
+    """The tasks went on at another size during the job (processes/outcome.py Resized, cluster=ray
+    with cluster.min_workers): tagged and charted on the run as a resume at another size is."""
+    if not resized:
+        return
+    run = store.retry(store.client(uri).get_run, run_id)
+    history = run.data.tags.get(RESIZED_TAG)
+    store.set_tags(uri, run_id, {SIZE_TAG: json.dumps(resized[-1].size),
+                                 RESIZED_TAG: "; ".join(filter(None, [history, *(r.change for r in resized)]))})
+    for note in resized:
+        log_replicas_before(uri, run_id, note.replicas_before, note.at_epoch)
