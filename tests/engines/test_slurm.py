@@ -197,6 +197,60 @@ def test_requeued_job_resumes_into_the_same_run(xpdist, slurm_env, tmp_path):
     assert first_checkpoint.stat().st_mtime_ns == saved
 
 
+# A multi_worker_mirrored run of 2 SLURM tasks and a one_device run that train the same steps
+# (the same model, seed and global batch of 10), long enough to be requeued mid-training.
+SAME_STEPS = ["trainer=ctl", "model=mlp", "model.hidden_units=[8]", "dataset.num_features=4", "dataset.noise=0.5",
+              "seed=7", "dataset.num_examples=3000", "trainer.epochs=4", "trainer.keep_checkpoints=5",
+              "trainer.progress=false", LOG_MODEL]
+
+
+def test_requeued_two_task_job_resumes_every_worker_from_the_chiefs_checkpoint(xpdist, slurm_env, tmp_path):
+    """`scontrol requeue` of a 2-task multi_worker_mirrored job after its first checkpoint: each
+    task has its own output folder (task-$SLURM_PROCID), and only the chief's holds the
+    checkpoints. Both tasks must resume from the chief's, so the run ends with the weights of
+    a run trained without interruption, every epoch logged once."""
+    env = slurm_client_env(slurm_env, {"MLFLOW_TRACKING_URI": xpdist.uri})
+    command = " ".join([sys.executable, "-m", "xpdist", "strategy=multi_worker_mirrored", "cluster=slurm",
+                        "communication=ring", "dataset.per_replica_batch_size=5", *SAME_STEPS,
+                        f"cluster.port_base={free_port_base(2)}"])
+    script = tmp_path / "train.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --requeue\n#SBATCH --ntasks=2\n#SBATCH --output=train-%j.out\n"
+                      f"srun --kill-on-bad-exit=1 bash -c 'exec {command} "
+                      "hydra.run.dir=$PWD/outputs/slurm-$SLURM_JOB_ID/task-$SLURM_PROCID'\n")
+    job = subprocess.run(["sbatch", "--parsable", str(script)], cwd=xpdist.workdir, env=env, capture_output=True,
+                         text=True, check=True).stdout.strip().split(";")[0]
+    out = xpdist.workdir / "outputs" / f"slurm-{job}"
+    first_checkpoint = out / "task-0" / "checkpoints" / "ckpt-1.index"
+    deadline = time.monotonic() + 300
+    while not first_checkpoint.exists():
+        assert time.monotonic() < deadline, (xpdist.workdir / f"train-{job}.out").read_text()
+        time.sleep(0.2)
+    time.sleep(0.5)  # the checkpoint's other files
+    saved = first_checkpoint.stat().st_mtime_ns
+    subprocess.run(["scontrol", "requeue", job], env=env, check=True, capture_output=True)
+    wait_gone(env, job, 600)
+    log = (xpdist.workdir / f"train-{job}.out").read_text()
+    runs = xpdist.runs()
+    assert len(runs) == 1, log
+    run = runs[0]
+    assert run.info.status == "FINISHED", log[-3000:]
+    assert run.data.tags["xpdist.slurm_restarts"] == "1"
+    assert epochs(xpdist, run) == [1, 2, 3, 4], log[-3000:]
+    # Resumed, not started over: epoch 1 was not trained (and checkpointed) again, and the
+    # worker's folder got the chief's checkpoints.
+    assert first_checkpoint.stat().st_mtime_ns == saved
+    assert (out / "task-1" / "checkpoints" / "ckpt-1.index").is_file()
+    single = tmp_path / "single"
+    done = xpdist.run("strategy=one_device", "dataset.per_replica_batch_size=10", *SAME_STEPS,
+                      f"hydra.run.dir={single}", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    a, b = weights(out / "task-0" / "model.keras"), weights(single / "model.keras")
+    assert a.keys() == b.keys() and a
+    worst = max(float(abs(a[name] - b[name]).max()) for name in a)
+    assert worst < 1e-5, f"the resumed run's weights differ from the uninterrupted run's by {worst}"
+    assert_no_step_left(slurm_env)
+
+
 def test_sweep_on_slurm_with_a_failed_and_a_cancelled_job(xpdist, slurm_env):
     """hydra/launcher=slurm against the real controller: one SLURM job per sweep job. The tpu
     job fails (no TPU), one_device is cancelled mid-training with scancel (its run KILLED),

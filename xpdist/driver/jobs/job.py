@@ -137,6 +137,8 @@ def _prepare(cfg: DictConfig, ctx: JobContext, uri: str, job: JobDir) -> _Prepar
     elif prepared.cluster_env.is_chief and not ctx.parent_run_id:
         # A SLURM job that SLURM requeued continues its run; its task resumes from the job dir.
         prepared.reopened = requeue.find_run(uri, cfg.tracking.experiment)
+    elif not ctx.parent_run_id:  # a worker of a requeued SLURM job restores the chief's epoch
+        requeue.fetch_chiefs_checkpoints(uri, cfg.tracking.experiment, job)
     logged = prepared.resumed.logged_epochs if prepared.resumed else []
     write_job_files(job, JobSpec(as_data(cfg), plan, uri, str(ctx.launch_dir), list(ctx.overrides), logged,
                                  restartable=engines.of(cfg).restarts_tasks(cfg)),

@@ -7,6 +7,13 @@ is the same: the task finds its checkpoints and its metric file there and resume
 every run it makes under SLURM with the job (xpdist.slurm_job), and a requeued one reopens
 the newest run with that tag instead of making a new one.
 
+Each task of a multi-task job has its own output folder (task-$SLURM_PROCID), and only the
+chief's holds the checkpoints: a requeued task that is not the chief copies them from the
+run's job directory (its xpdist.job_dir tag, else its `checkpoints/` artifacts) before it
+starts, so every worker restores the chief's epoch, as on cluster=localhost, where they share
+one job directory. Restored from their own empty folders, the workers started over while the
+chief went on, and the job failed in its first collective (a requeue seen with 2 tasks).
+
 (A stand-in for `tracking.resume=RUN_ID`, which resumes any FAILED or KILLED run; this needs
 no run id in the job script.)
 """
@@ -16,6 +23,8 @@ from __future__ import annotations
 import os
 from typing import Dict, Mapping, Optional
 
+from xpdist.core.protocol.jobdir import JobDir
+from xpdist.driver.jobs import resume
 from xpdist.tracking import store
 
 TAG = "xpdist.slurm_job"
@@ -62,3 +71,13 @@ def reopen(uri: str, run_id: str, environ: Mapping[str, str] = os.environ) -> st
     """Marks the run RUNNING again, without its old error, with the job's restart count; returns its id."""
     store.reopen(uri, run_id, lambda run: {RESTARTS_TAG: str(restarts(environ))})
     return run_id
+
+
+def fetch_chiefs_checkpoints(uri: str, experiment: str, job: JobDir, environ: Mapping[str, str] = os.environ) -> int:
+    """A requeued job's task that is not the chief: the chief's checkpoints into its own job
+    directory; returns their epoch (0: not requeued, or nothing saved yet)."""
+    run_id = find_run(uri, experiment, environ)
+    if run_id is None:
+        return 0
+    mlflow_client = store.client(uri)
+    return resume.fetch_checkpoints(mlflow_client, store.retry(mlflow_client.get_run, run_id), job)

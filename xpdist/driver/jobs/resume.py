@@ -86,7 +86,7 @@ def prepare(uri: str, run_id: str, cfg, plan: Plan, params_of: Callable[[Plan], 
                           f"{before.get(key, '(unset)')}; a resumed run keeps its params",
                           f"Resume with {key}={before.get(key, '(unset)')}, or start a new run.")
     logged = sorted({m.step for m in store.retry(mlflow_client.get_metric_history, run_id, "epoch_time_s")})
-    from_epoch = _fetch_checkpoints(mlflow_client, run, job)
+    from_epoch = fetch_checkpoints(mlflow_client, run, job)
     if logged and not from_epoch:  # training would start over under epochs already logged
         if before.get("trainer.keep_checkpoints") == "0":
             raise ConfigError("trainer.keep_checkpoints", 0, f"run {run_id} kept no checkpoint to continue from",
@@ -101,7 +101,7 @@ def prepare(uri: str, run_id: str, cfg, plan: Plan, params_of: Callable[[Plan], 
     return resumed
 
 
-def _fetch_checkpoints(mlflow_client, run, job: JobDir) -> int:
+def fetch_checkpoints(mlflow_client, run, job: JobDir) -> int:
     """Copies the run's checkpoints into job.checkpoints; returns their latest epoch."""
     shutil.rmtree(job.checkpoints, ignore_errors=True)
     old = run.data.tags.get("xpdist.job_dir")
