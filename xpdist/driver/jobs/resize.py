@@ -29,12 +29,13 @@ RESIZED_TAG = "xpdist.resized"
 DATA_ORDER_TAG = "xpdist.resized_data_order"
 
 
-def apply(resumed, mlflow_client, run, cfg, params_of, before: Dict[str, str]) -> None:
+def apply(resumed, mlflow_client, run, cfg, params_of, before: Dict[str, str], say: bool = True) -> None:
     """Works out the plan at the run's (possibly new) size; a changed size is printed and tagged.
 
     Args:
         resumed: the resume.Resumed being prepared; its plan, tags and replicas_before are set here.
         run: the MLflow run; before: its params; params_of: the params a run of a plan is created with.
+        say: print the change (a SLURM task that is not the chief works it out silently).
 
     Raises:
         ConfigError: a global batch the new replica count cannot divide (core/plan.py at_size).
@@ -80,12 +81,14 @@ def apply(resumed, mlflow_client, run, cfg, params_of, before: Dict[str, str]) -
     resumed.tags = {SIZE_TAG: json.dumps({"params": {k: now[k] for k in SIZE_KEYS + SIZE_PARAMS if k in now},
                                           "resize": dataclasses.asdict(resize)}),
                     RESIZED_TAG: "; ".join(filter(None, [history, f"from epoch {at + 1}: {change}"]))}
-    print(f"xpdist: resuming run {resumed.run_id} at epoch {at + 1} at another size: {change}", file=sys.stderr,
-          flush=True)
+    if say:
+        print(f"xpdist: resuming run {resumed.run_id} at epoch {at + 1} at another size: {change}",
+              file=sys.stderr, flush=True)
     order = _data_order(cfg, plan, keep)
     if order:
         resumed.tags[DATA_ORDER_TAG] = order
-        print(f"xpdist: note: {order}", file=sys.stderr, flush=True)
+        if say:
+            print(f"xpdist: note: {order}", file=sys.stderr, flush=True)
 
 
 def _from_to(what: str, before, after) -> str:
