@@ -152,9 +152,16 @@ def remove_dead_nodes_dirs(job: Path) -> None:
     (["strategy=parameter_server"], "cluster.ps=0: parameter_server needs at least one parameter server"),
     (["strategy=multi_worker_mirrored", "cluster.address=ray://head:10001"], "cluster.address=ray://head:10001: expected auto, local or host:port"),
     (["strategy=multi_worker_mirrored", "cluster.cpus_per_task=0"], "cluster.cpus_per_task=0.0: a task's bundle needs CPUs above 0"),
+    (["strategy=multi_worker_mirrored", "cluster.min_workers=0"], "cluster.min_workers=0: must be 1 or more"),
+    (["strategy=multi_worker_mirrored", "cluster.min_workers=3", "cluster.max_restarts=1"],
+     "cluster.min_workers=3: above cluster.workers=2. Use a number from 1 to 2."),
+    (["strategy=multi_worker_mirrored", "cluster.min_workers=1"],
+     "cluster.min_workers=1: going on with the workers left is a restart, and cluster.max_restarts=0 allows none"),
+    (["strategy=parameter_server", "cluster.ps=1", "cluster.min_workers=1", "cluster.max_restarts=1"],
+     "cluster.min_workers=1: strategy=parameter_server's coordinator goes on without a lost worker already"),
 ])
 def test_bad_input_is_one_line_and_no_run(xpdist: Xpdist, overrides, line):
-    if "ray://" in str(overrides) or "cpus_per_task" in str(overrides):
+    if any(key in str(overrides) for key in ("ray://", "cpus_per_task", "min_workers")):
         need_ray()  # checked after Ray's presence
     done = xpdist.run("cluster=ray", "cluster.address=local", *overrides, fork="check")
     assert done.returncode == 2, done.stdout + done.stderr
@@ -583,6 +590,80 @@ def test_two_nodes_lost_node_restarts_on_the_node_left(xpdist: Xpdist, two_nodes
     run = only_run(xpdist)
     assert run.info.status == "FINISHED" and run.data.tags["xpdist.restarts"] == "1"
     assert epochs_logged(xpdist, run) == list(range(1, 13))
+    assert_nothing_left(job, two_nodes.address, netns=two_nodes.head, dirs=False)
+    remove_dead_nodes_dirs(job)
+    two_nodes.start_worker(give_up=pytest.fail)
+
+
+def lose_worker_node_after_a_checkpoint(cluster: TwoNodes, xpdist: Xpdist, job: Path, shared: Path,
+                                        *overrides: str) -> subprocess.Popen:
+    """A run of two workers, one task a node (a node's 2 CPUs hold one task of 2: the lost
+    worker cannot be placed again on the head), whose worker node is SIGKILLed once the
+    chief has saved a checkpoint on the shared directory (as NFS would be: the chief may be
+    the task lost). Returns the driver, still running."""
+    proc = start_on_head(cluster, xpdist, job, "cluster.workers=2", "cluster.cpus_per_task=2",
+                         "cluster.placement=spread", "cluster.max_restarts=1", "cluster.start_timeout_s=60",
+                         "trainer.epochs=8", f"cluster.checkpoint_dir={shared}", *overrides)
+    index = shared / f"{job.name}-{job_key(JobDir(job))}" / "checkpoints" / "checkpoint"
+    deadline = time.monotonic() + 120
+    while not index.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"no checkpoint was saved:\n{finish(proc)}")
+        time.sleep(0.2)
+    os.killpg(cluster.worker_node.pid, signal.SIGKILL)
+    return proc
+
+
+@pytest.mark.ray
+@pytest.mark.netns
+@pytest.mark.slow
+def test_two_nodes_lost_node_goes_on_with_the_worker_left(xpdist: Xpdist, two_nodes, tmp_path):
+    """cluster.min_workers=1: the job goes on with one worker in a placement group of one, the
+    global batch kept, and ends FINISHED as one run: every epoch logged once, the change
+    tagged, num_replicas 2 up to the checkpoint's epoch and 1 after. About 2 min here."""
+    job, shared = tmp_path / "job", Path(tempfile.mkdtemp(prefix="xpdist-shared-"))
+    try:
+        proc = lose_worker_node_after_a_checkpoint(two_nodes, xpdist, job, shared, "cluster.min_workers=1")
+        out = finish(proc, timeout=400)
+    finally:
+        shutil.rmtree(shared)
+    assert proc.returncode == 0, out
+    assert "its Ray actor or node was lost" in out and "going on with 1 of 2 workers (cluster.min_workers=1)" in out
+    run = only_run(xpdist)
+    assert run.info.status == "FINISHED", run.data.tags.get("xpdist.error")
+    assert epochs_logged(xpdist, run) == list(range(1, 9))
+    resized = run.data.tags["xpdist.resized"]
+    at = int(resized.split(":")[0].removeprefix("from epoch ")) - 1
+    params = run.data.params
+    per, rate = int(params["per_replica_batch_size"]), float(params["learning_rate"])
+    assert resized.endswith(f": 2 -> 1 replicas, cluster.workers 2 -> 1, global batch {params['global_batch_size']} "
+                            f"kept, per-replica batch {per} -> {2 * per}, learning rate {rate:g} kept"), resized
+    assert json.loads(run.data.tags["xpdist.size"])["params"]["cluster.workers"] == "1"
+    replicas = xpdist.client().get_metric_history(run.info.run_id, "num_replicas")
+    assert sorted((m.step, m.value) for m in replicas) == [(e, 2.0 if e <= at else 1.0) for e in range(1, 9)]
+    assert at >= 1, "the checkpoint the worker node was lost after"
+    assert run.data.params["num_replicas"] == "2", "the params keep the size the run was created with"
+    assert_nothing_left(job, two_nodes.address, netns=two_nodes.head, dirs=False)
+    remove_dead_nodes_dirs(job)
+    two_nodes.start_worker(give_up=pytest.fail)
+
+
+@pytest.mark.ray
+@pytest.mark.netns
+@pytest.mark.slow
+def test_two_nodes_lost_node_below_min_workers_ends_as_today(xpdist: Xpdist, two_nodes, tmp_path):
+    """cluster.min_workers=2: one worker left is too few, so every task is restarted as without
+    the key, and the lost worker finds no node with room before cluster.start_timeout_s: FAILED."""
+    job, shared = tmp_path / "job", Path(tempfile.mkdtemp(prefix="xpdist-shared-"))
+    try:
+        proc = lose_worker_node_after_a_checkpoint(two_nodes, xpdist, job, shared, "cluster.min_workers=2")
+        out = finish(proc, timeout=400)
+    finally:
+        shutil.rmtree(shared)
+    assert proc.returncode != 0, out
+    assert "restarting every task (1/1)" in out and "going on with" not in out, out
+    run = only_run(xpdist)
+    assert run.info.status == "FAILED" and "xpdist.resized" not in run.data.tags
     assert_nothing_left(job, two_nodes.address, netns=two_nodes.head, dirs=False)
     remove_dead_nodes_dirs(job)
     two_nodes.start_worker(give_up=pytest.fail)

@@ -197,6 +197,95 @@ def test_requeued_job_resumes_into_the_same_run(xpdist, slurm_env, tmp_path):
     assert first_checkpoint.stat().st_mtime_ns == saved
 
 
+# A multi_worker_mirrored run of 2 SLURM tasks and a one_device run that train the same steps
+# (the same model, seed and global batch of 10), long enough to be requeued mid-training.
+SAME_STEPS = ["trainer=ctl", "model=mlp", "model.hidden_units=[8]", "dataset.num_features=4", "dataset.noise=0.5",
+              "seed=7", "dataset.num_examples=3000", "trainer.epochs=4", "trainer.keep_checkpoints=5",
+              "trainer.progress=false", LOG_MODEL]
+
+
+def requeue_two_task_job(xpdist, slurm_env, tmp_path, tasks_after: int = 2):
+    """A 2-task multi_worker_mirrored job (each task its own output folder, task-$SLURM_PROCID)
+    requeued by `scontrol` after its first checkpoint, brought back with tasks_after tasks.
+    Returns the output folder, the job's log and the first checkpoint's mtime, after the job."""
+    env = slurm_client_env(slurm_env, {"MLFLOW_TRACKING_URI": xpdist.uri})
+    command = " ".join([sys.executable, "-m", "xpdist", "strategy=multi_worker_mirrored", "cluster=slurm",
+                        "communication=ring", "dataset.per_replica_batch_size=5", *SAME_STEPS,
+                        f"cluster.port_base={free_port_base(2)}"])
+    script = tmp_path / "train.sbatch"
+    # Brought back with another task count: the requeued start's step has tasks_after tasks (on
+    # this one-node SLURM, `scontrol update NumTasks=1` on the held job left its step at 2).
+    tasks = f"$(( ${{SLURM_RESTART_COUNT:-0}} > 0 ? {tasks_after} : 2 ))"
+    script.write_text("#!/bin/bash\n#SBATCH --requeue\n#SBATCH --ntasks=2\n#SBATCH --output=train-%j.out\n"
+                      f"srun -n {tasks} --kill-on-bad-exit=1 bash -c 'exec {command} "
+                      "hydra.run.dir=$PWD/outputs/slurm-$SLURM_JOB_ID/task-$SLURM_PROCID'\n")
+    job = subprocess.run(["sbatch", "--parsable", str(script)], cwd=xpdist.workdir, env=env, capture_output=True,
+                         text=True, check=True).stdout.strip().split(";")[0]
+    out = xpdist.workdir / "outputs" / f"slurm-{job}"
+    first_checkpoint = out / "task-0" / "checkpoints" / "ckpt-1.index"
+    deadline = time.monotonic() + 300
+    while not first_checkpoint.exists():
+        assert time.monotonic() < deadline, (xpdist.workdir / f"train-{job}.out").read_text()
+        time.sleep(0.2)
+    time.sleep(0.5)  # the checkpoint's other files
+    saved = first_checkpoint.stat().st_mtime_ns
+    subprocess.run(["scontrol", "requeue", job], env=env, check=True, capture_output=True)
+    wait_gone(env, job, 600)
+    return out, (xpdist.workdir / f"train-{job}.out").read_text(), first_checkpoint, saved
+
+
+def assert_same_weights_as_one_device(xpdist, tmp_path, out: Path) -> None:
+    single = tmp_path / "single"
+    done = xpdist.run("strategy=one_device", "dataset.per_replica_batch_size=10", *SAME_STEPS,
+                      f"hydra.run.dir={single}", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    a, b = weights(out / "task-0" / "model.keras"), weights(single / "model.keras")
+    assert a.keys() == b.keys() and a
+    worst = max(float(abs(a[name] - b[name]).max()) for name in a)
+    assert worst < 1e-5, f"the resumed run's weights differ from the uninterrupted run's by {worst}"
+
+
+def test_requeued_two_task_job_resumes_every_worker_from_the_chiefs_checkpoint(xpdist, slurm_env, tmp_path):
+    """Only the chief's output folder holds the checkpoints: both tasks must resume from them,
+    so the run ends with the weights of a run trained without interruption, every epoch logged
+    once. (Before, the other task started over from its empty folder, and the job failed in
+    its first collective.)"""
+    out, log, first_checkpoint, saved = requeue_two_task_job(xpdist, slurm_env, tmp_path)
+    runs = xpdist.runs()
+    assert len(runs) == 1, log
+    run = runs[0]
+    assert run.info.status == "FINISHED", log[-3000:]
+    assert run.data.tags["xpdist.slurm_restarts"] == "1"
+    assert epochs(xpdist, run) == [1, 2, 3, 4], log[-3000:]
+    # Resumed, not started over: epoch 1 was not trained (and checkpointed) again, and the
+    # worker's folder got the chief's checkpoints.
+    assert first_checkpoint.stat().st_mtime_ns == saved
+    assert (out / "task-1" / "checkpoints" / "ckpt-1.index").is_file()
+    assert "xpdist.resized" not in run.data.tags
+    assert_same_weights_as_one_device(xpdist, tmp_path, out)
+    assert_no_step_left(slurm_env)
+
+
+def test_requeued_job_back_with_one_task_continues_at_that_size(xpdist, slurm_env, tmp_path):
+    """Requeued onto one task: the run goes on at one replica with the global batch kept (the
+    resize of tracking.resume), so it still ends with the uninterrupted run's weights."""
+    out, log, first_checkpoint, saved = requeue_two_task_job(xpdist, slurm_env, tmp_path, tasks_after=1)
+    runs = xpdist.runs()
+    assert len(runs) == 1, log
+    run = runs[0]
+    assert run.info.status == "FINISHED", log[-3000:]
+    assert epochs(xpdist, run) == [1, 2, 3, 4], log[-3000:]
+    assert first_checkpoint.stat().st_mtime_ns == saved
+    at = int(run.data.tags["xpdist.resized"].split(":")[0].removeprefix("from epoch ")) - 1
+    assert run.data.tags["xpdist.resized"].endswith(": 2 -> 1 replicas, global batch 10 kept, per-replica batch "
+                                                    "5 -> 10, learning rate 0.01 kept"), run.data.tags["xpdist.resized"]
+    assert at >= 1 and "at another size: 2 -> 1 replicas" in log
+    history = sorted((m.step, m.value) for m in xpdist.client().get_metric_history(run.info.run_id, "num_replicas"))
+    assert history == [(e, 2.0 if e <= at else 1.0) for e in range(1, 5)]
+    assert_same_weights_as_one_device(xpdist, tmp_path, out)
+    assert_no_step_left(slurm_env)
+
+
 def test_sweep_on_slurm_with_a_failed_and_a_cancelled_job(xpdist, slurm_env):
     """hydra/launcher=slurm against the real controller: one SLURM job per sweep job. The tpu
     job fails (no TPU), one_device is cancelled mid-training with scancel (its run KILLED),

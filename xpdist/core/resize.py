@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from xpdist.core.errors import ConfigError
+
 # tracking.resize_keep's values: what a resized run keeps.
 KEEP_GLOBAL, KEEP_PER_REPLICA = "global_batch", "per_replica_batch"
 
@@ -35,3 +37,20 @@ class Resize:
     warmup_start: int = 0
     warmup_steps: int = 0
     warmup_from_rate: float = 0.0
+
+
+def warmup_steps(cfg, steps_per_epoch: int) -> int:
+    """The warmup after a resize that changed the learning rate: tracking.resize_warmup_steps,
+    else the schedule's own warmup at the new steps per epoch, else one epoch.
+
+    Raises:
+        ConfigError: tracking.resize_warmup_steps below 0.
+    """
+    steps = cfg.tracking.resize_warmup_steps
+    if steps is not None:
+        if steps < 0:
+            raise ConfigError("tracking.resize_warmup_steps", steps, "a number of optimizer steps must be 0 or more",
+                              "Use 0 (the new rate at once) or a number of steps, e.g. 100.")
+        return int(steps)
+    epochs = float(cfg.schedule.get("warmup_epochs", 0.0) or 0.0)
+    return max(1, int(round(epochs * steps_per_epoch))) if epochs > 0 else steps_per_epoch

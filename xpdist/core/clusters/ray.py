@@ -7,6 +7,7 @@ from enum import Enum
 from typing import ClassVar, Dict, Optional
 
 from xpdist.core.clusters import ClusterBase
+from xpdist.core import rules
 from xpdist.core.rules import open_mapping
 
 
@@ -37,6 +38,11 @@ class RayCluster(ClusterBase):
     resources: Dict[str, float] = field(default_factory=open_mapping)
     # How the placement group lays the tasks on nodes: spread or pack.
     placement: RayPlacement = RayPlacement.spread
+    # A lost node with no replacement: go on with the workers left, as long as at least this
+    # many remain (multi_worker_mirrored; the plan is redone at the new size, the global batch
+    # kept, and a resize counts as one of cluster.max_restarts). null: restart every task on
+    # as many workers as before, waiting for Ray to place them.
+    min_workers: Optional[int] = field(default=None, metadata=rules.at_least(1, "Use e.g. cluster.min_workers=1."))
     # Restart every task this many times after a task or its node is lost, or fails with a
     # network-type error; never after an exception in user code or config.
     max_restarts: int = 0

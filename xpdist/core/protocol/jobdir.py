@@ -137,6 +137,18 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(staged, path)
 
 
+def checkpoint_epoch(folder: Path) -> int:
+    """The epoch of the newest checkpoint in folder (CheckpointManager's `checkpoint` index), 0 for none."""
+    index = folder / "checkpoint"
+    if not index.exists():
+        return 0
+    for line in index.read_text().splitlines():
+        if line.startswith("model_checkpoint_path:"):
+            name = line.split(":", 1)[1].strip().strip('"')
+            return int(name.rsplit("-", 1)[1])
+    return 0
+
+
 @dataclasses.dataclass(frozen=True)
 class JobSpec:
     """What a task needs to run, written once by the driver before any task starts."""
@@ -161,8 +173,13 @@ class JobSpec:
         job.result.unlink(missing_ok=True)
         job.run_ready.unlink(missing_ok=True)
         job.resolved.unlink(missing_ok=True)
-        OmegaConf.save(OmegaConf.create(self.config), job.config)
         OmegaConf.save(OmegaConf.create(list(self.overrides)), job.overrides)
+        self.rewrite(job)
+
+    def rewrite(self, job: JobDir) -> None:
+        """The spec and config of a job whose tasks go on at another size: nothing else (the
+        run's run.json and metric file stay, the run continues)."""
+        OmegaConf.save(OmegaConf.create(self.config), job.config)
         spec = {"plan": dataclasses.asdict(self.plan), "tracking_uri": self.tracking_uri,
                 "launch_dir": self.launch_dir, "logged_epochs": list(self.logged_epochs),
                 "restartable": self.restartable}

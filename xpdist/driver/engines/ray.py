@@ -14,7 +14,8 @@ the outcome is read. No path of the driver's machine is used on a node.
 A lost actor or node fails the job in one line naming the task, or restarts every task while
 cluster.max_restarts allows (in the same placement group, which Ray re-places on the nodes
 left); the tasks resume from the chief's checkpoints, brought back by the driver or kept on
-cluster.checkpoint_dir. Ctrl-C or SIGTERM stops the tasks, kills the actors and removes the
+cluster.checkpoint_dir. With cluster.min_workers, a multi_worker_mirrored job goes on with
+the workers left instead, in a smaller placement group (_ray_lost.py). Ctrl-C or SIGTERM stops the tasks, kills the actors and removes the
 placement group; if the driver dies, Ray ends both with it (they are the driver's, not
 detached). Ray is imported only when a job runs with cluster=ray.
 
@@ -30,16 +31,17 @@ import os
 import re
 import signal
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from xpdist.core import strategies
 from xpdist.core.errors import ConfigError
 from xpdist.core.clusterenv import TaskId
 from xpdist.core.protocol.outcome import Status
-from xpdist.driver.engines import Engine, _ray_actors, _ray_node, _restarts
+from xpdist.driver.engines import Engine, _ray_actors, _ray_node, _ray_lost, _restarts
 from xpdist.driver.engines.localhost import Localhost
 from xpdist.driver.processes import follow, process
-from xpdist.driver.processes.outcome import Outcome
+from xpdist.driver.processes.localhost import TaskFailed
+from xpdist.driver.processes.outcome import Outcome, Resized
 
 # Variables of the driver's environment that reach the tasks besides the job's own: settings
 # of xpdist, TensorFlow and Keras. The rest (PATH, HOME, ...) is the node's.
@@ -97,6 +99,8 @@ class Ray(_restarts.Restarting, Engine):
         self.owns_ray = False
         self.tasks: Optional[_ray_actors.RayTasks] = None
         self.follower: Optional[follow.LogFollower] = None
+        self.resized: List[Resized] = []  # each time the tasks went on with fewer workers
+        self.unplaced: Optional[str] = None  # the smaller placement group could not be reserved
 
     @classmethod
     def preflight(cls, cfg, needs) -> None:
@@ -111,6 +115,8 @@ class Ray(_restarts.Restarting, Engine):
                 ("cluster.gpus_per_task", c.gpus_per_task)
             raise ConfigError(key, value, "a task's bundle needs CPUs above 0 and GPUs of 0 or more",
                               "Use e.g. cluster.cpus_per_task=1 cluster.gpus_per_task=0.")
+        if c.min_workers is not None:
+            _ray_lost.check(cfg, needs)
         bad = {k: v for k, v in c.resources.items() if not isinstance(v, (int, float)) or v < 0}
         if bad:
             raise ConfigError("cluster.resources", dict(bad), "each custom resource is an amount of 0 or more",
@@ -156,11 +162,17 @@ class Ray(_restarts.Restarting, Engine):
                 tasks.wait_others()
             tasks.bring_back(_ray_node.OUTPUTS)  # the chief's result, read next, and its model
 
+        def start(attempt: int) -> None:
+            if self.unplaced:  # after a resize (_restart): one line, no restart cures it
+                raise TaskFailed(self.chief, self.unplaced, retryable=False)
+            tasks.start(attempt)
+
         outcome = _restarts.follow(self.job, self.chief.name, self.cfg.cluster.max_restarts, "every task",
-                                   start=tasks.start, watch=tasks.watch, ended=ended, restart=self._restart,
+                                   start=start, watch=tasks.watch, ended=ended, restart=self._restart,
                                    # the chief's checkpoints, if it answers: a resume needs them
                                    gave_up=lambda: tasks.bring_back(_ray_node.OUTPUTS))
         tasks.end()
+        outcome.resized = self.resized
         return outcome
 
     def stop(self, first: int = signal.SIGTERM) -> None:
@@ -186,13 +198,62 @@ class Ray(_restarts.Restarting, Engine):
 
     def _restart(self, message: str) -> None:
         """Before every task starts again: the chief's checkpoints brought back (unless they live on
-        cluster.checkpoint_dir), every actor ended, the restart said."""
-        if not self.cfg.cluster.checkpoint_dir:
+        cluster.checkpoint_dir), every actor ended, the restart said; with cluster.min_workers and
+        workers lost, the job made smaller first (_shrink)."""
+        shared = self.tasks.shared_dir()
+        if not shared:
             self.tasks.bring_back(_ray_node.RECOVERY)
+        else:
+            self.tasks.poll()  # which actors are gone: Ray may take seconds to notice a dead node
+            if self.chief in self.tasks.lost:
+                _ray_lost.forget_unlogged(Path(shared) / "checkpoints", self.job.metrics)
+        left = self._workers_left()
         self.tasks.end()
+        if left is not None:
+            message = self._shrink(message, left)
         print(f"xpdist: {message}", flush=True)
         with open(self.job.log_of("launcher"), "a") as log:
             log.write(message + "\n")
+
+    def _workers_left(self) -> Optional[int]:
+        """With cluster.min_workers: how many workers go on, or None to restart them all as before
+        (no actor lost, a task lost that is not a worker, or fewer left than the minimum)."""
+        minimum = self.cfg.cluster.min_workers
+        if minimum is None:
+            return None
+        # The task that failed first may be one that lost its peer (a collective's network
+        # error): a poll settles which actors are gone, waiting for Ray to notice a dead node.
+        self.tasks.poll()
+        lost = set(self.tasks.lost)
+        if not lost or any(t.kind != "worker" for t in lost):
+            return None
+        left = sum(t.kind == "worker" for t in self.task_ids) - len(lost)
+        return left if left >= minimum else None
+
+    def _shrink(self, message: str, workers: int) -> str:
+        """The job redone for `workers` workers (plan, job.json, placement group, tasks); returns
+        the restart's message, saying so. A global batch they cannot divide restarts them all."""
+        import ray
+
+        before = len(self.task_ids)
+        try:
+            shared = self.tasks.shared_dir()
+            checkpoints = Path(shared) / "checkpoints" if shared else self.job.checkpoints
+            note = _ray_lost.shrink(self.cfg, self.job, workers, checkpoints)
+        except ConfigError as err:
+            return f"{message}; not going on with {workers} worker(s): {err}"
+        self.resized.append(note)
+        self.task_ids = [TaskId("worker", i) for i in range(workers)]  # the chief is worker:0 again
+        with contextlib.suppress(Exception):  # Ray gone: start() will say so
+            ray.util.remove_placement_group(self.pg)
+        try:
+            self.pg = _ray_actors.reserve(self.cfg.cluster, workers)
+        except _ray_actors.Unplaced as err:
+            self.pg, self.unplaced = None, str(err)
+        self.tasks.tasks, self.tasks.pg = self.task_ids, self.pg
+        failed, _, count = message.rpartition("; restarting every task ")
+        return (f"{failed}; going on with {workers} of {before} workers (cluster.min_workers="
+                f"{self.cfg.cluster.min_workers}) {note.change.replace(': ', ', ', 1)} {count}")
 
 
 ENGINE = Ray

@@ -30,7 +30,7 @@ from xpdist.core.protocol.resolved import as_data
 from xpdist.core.protocol.taskenv import LAUNCHED_AT_ENV
 from xpdist.driver import engines
 from xpdist.driver.checks import preflight
-from xpdist.driver.jobs import requeue, resume
+from xpdist.driver.jobs import requeue, resize, resume
 from xpdist.driver.processes import process
 from xpdist.tracking import heartbeat, reap, store
 from xpdist.tracking.params import rejected_params, run_params
@@ -119,6 +119,7 @@ class _Prepared:
     cluster_env: ClusterEnv
     resumed: Optional[resume.Resumed] = None
     reopened: Optional[str] = None  # the run id of a requeued SLURM job's run
+    resumed_requeue: Optional[resume.Resumed] = None  # how it continues (its size, if it changed)
 
 
 def _prepare(cfg: DictConfig, ctx: JobContext, uri: str, job: JobDir) -> _Prepared:
@@ -134,9 +135,15 @@ def _prepare(cfg: DictConfig, ctx: JobContext, uri: str, job: JobDir) -> _Prepar
         prepared.resumed = resume.prepare(uri, cfg.tracking.resume, cfg, plan,
                                           lambda p: _creation_params(as_data(cfg), p), job)
         prepared.plan = plan = prepared.resumed.plan  # at the run's batch sizes, if its size changed
-    elif prepared.cluster_env.is_chief and not ctx.parent_run_id:
-        # A SLURM job that SLURM requeued continues its run; its task resumes from the job dir.
-        prepared.reopened = requeue.find_run(uri, cfg.tracking.experiment)
+    elif not ctx.parent_run_id:
+        # A SLURM job that SLURM requeued continues its run, at the task count it came back with;
+        # its tasks resume from the chief's checkpoints.
+        requeued = requeue.prepare(uri, cfg, plan, lambda p: _creation_params(as_data(cfg), p), job,
+                                   prepared.cluster_env.is_chief)
+        if requeued is not None:
+            prepared.plan = plan = requeued.plan
+            if prepared.cluster_env.is_chief:
+                prepared.resumed_requeue, prepared.reopened = requeued, requeued.run_id
     logged = prepared.resumed.logged_epochs if prepared.resumed else []
     write_job_files(job, JobSpec(as_data(cfg), plan, uri, str(ctx.launch_dir), list(ctx.overrides), logged,
                                  restartable=engines.of(cfg).restarts_tasks(cfg)),
@@ -168,7 +175,7 @@ def _run_creator(cfg: DictConfig, ctx: JobContext, uri: str, job: JobDir, prepar
         if prepared.resumed:
             return resume.reopen(uri, prepared.resumed, tags)
         if prepared.reopened:
-            return requeue.reopen(uri, prepared.reopened)
+            return requeue.reopen(uri, prepared.resumed_requeue)
         run_id = store.create_run(uri, cfg.tracking.experiment, run_name, _creation_params(as_data(cfg), plan),
                                   tags, ctx.parent_run_id)
         store.log_inputs(uri, run_id, inputs)
@@ -197,6 +204,9 @@ def _record(result: JobResult, recorder: "_Recorder", outcome, trial, plan: Plan
     _log_resolved(uri, result.run_id, job, plan, result)
     if outcome.restarts:
         store.set_tags(uri, result.run_id, {"xpdist.restarts": str(outcome.restarts)})
+    if outcome.resized:  # cluster=ray went on with the workers left (cluster.min_workers)
+        resize.record(uri, result.run_id, outcome.resized)
+        result.num_replicas = int(outcome.resized[-1].size["params"]["num_replicas"])
     _tag_stopped_early(uri, result.run_id, job)
     _log_outputs(uri, result.run_id, job, recorder.tracking, result.ok)
     return True

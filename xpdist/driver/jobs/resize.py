@@ -17,8 +17,8 @@ import time
 from typing import Dict, Optional
 
 from xpdist.core import data_sources
-from xpdist.core.errors import ConfigError
 from xpdist.core.plan import KEEP_PER_REPLICA, Plan, Resize, SIZE_KEYS, SIZE_PARAMS, at_size, epoch_steps
+from xpdist.core.resize import warmup_steps
 from xpdist.tracking import store
 
 # The run's size as of its last resize (JSON: the size params, and the plan's Resize).
@@ -29,12 +29,13 @@ RESIZED_TAG = "xpdist.resized"
 DATA_ORDER_TAG = "xpdist.resized_data_order"
 
 
-def apply(resumed, mlflow_client, run, cfg, params_of, before: Dict[str, str]) -> None:
+def apply(resumed, mlflow_client, run, cfg, params_of, before: Dict[str, str], say: bool = True) -> None:
     """Works out the plan at the run's (possibly new) size; a changed size is printed and tagged.
 
     Args:
         resumed: the resume.Resumed being prepared; its plan, tags and replicas_before are set here.
         run: the MLflow run; before: its params; params_of: the params a run of a plan is created with.
+        say: print the change (a SLURM task that is not the chief works it out silently).
 
     Raises:
         ConfigError: a global batch the new replica count cannot divide (core/plan.py at_size).
@@ -80,12 +81,14 @@ def apply(resumed, mlflow_client, run, cfg, params_of, before: Dict[str, str]) -
     resumed.tags = {SIZE_TAG: json.dumps({"params": {k: now[k] for k in SIZE_KEYS + SIZE_PARAMS if k in now},
                                           "resize": dataclasses.asdict(resize)}),
                     RESIZED_TAG: "; ".join(filter(None, [history, f"from epoch {at + 1}: {change}"]))}
-    print(f"xpdist: resuming run {resumed.run_id} at epoch {at + 1} at another size: {change}", file=sys.stderr,
-          flush=True)
+    if say:
+        print(f"xpdist: resuming run {resumed.run_id} at epoch {at + 1} at another size: {change}",
+              file=sys.stderr, flush=True)
     order = _data_order(cfg, plan, keep)
     if order:
         resumed.tags[DATA_ORDER_TAG] = order
-        print(f"xpdist: note: {order}", file=sys.stderr, flush=True)
+        if say:
+            print(f"xpdist: note: {order}", file=sys.stderr, flush=True)
 
 
 def _from_to(what: str, before, after) -> str:
@@ -93,15 +96,8 @@ def _from_to(what: str, before, after) -> str:
 
 
 def _warmup_steps(cfg, plan: Plan) -> int:
-    """tracking.resize_warmup_steps, else the schedule's own warmup at the new steps per epoch, else one epoch."""
-    steps = cfg.tracking.resize_warmup_steps
-    if steps is not None:
-        if steps < 0:
-            raise ConfigError("tracking.resize_warmup_steps", steps, "a number of optimizer steps must be 0 or more",
-                              "Use 0 (the new rate at once) or a number of steps, e.g. 100.")
-        return int(steps)
-    epochs = float(cfg.schedule.get("warmup_epochs", 0.0) or 0.0)
-    return max(1, int(round(epochs * plan.steps_per_epoch))) if epochs > 0 else plan.steps_per_epoch
+    """tracking.resize_warmup_steps, else the schedule's own warmup, else one epoch (core/resize.py)."""
+    return warmup_steps(cfg, plan.steps_per_epoch)
 
 
 def _rate_at(mlflow_client, run, epoch: int, default: float) -> float:
@@ -140,3 +136,16 @@ def log_replicas_before(uri: str, run_id: str, replicas: int, epochs: int) -> No
                for epoch in range(1, epochs + 1) if epoch not in known]
     if metrics:
         store.retry(mlflow_client.log_batch, run_id, metrics=metrics)
+
+
+def record(uri: str, run_id: str, resized) -> None:
+    """The tasks went on at another size during the job (processes/outcome.py Resized, cluster=ray
+    with cluster.min_workers): tagged and charted on the run as a resume at another size is."""
+    if not resized:
+        return
+    run = store.retry(store.client(uri).get_run, run_id)
+    history = run.data.tags.get(RESIZED_TAG)
+    store.set_tags(uri, run_id, {SIZE_TAG: json.dumps(resized[-1].size),
+                                 RESIZED_TAG: "; ".join(filter(None, [history, *(r.change for r in resized)]))})
+    for note in resized:
+        log_replicas_before(uri, run_id, note.replicas_before, note.at_epoch)

@@ -24,7 +24,7 @@ from typing import Callable, Dict, List, Optional
 
 from xpdist.core.errors import ConfigError
 from xpdist.core.plan import Plan, SIZE_KEYS, SIZE_PARAMS, resolved_at_run_time
-from xpdist.core.protocol.jobdir import JobDir
+from xpdist.core.protocol.jobdir import JobDir, checkpoint_epoch
 from xpdist.core.protocol.outcome import Status
 from xpdist.driver.jobs import resize
 from xpdist.tracking import store
@@ -86,7 +86,7 @@ def prepare(uri: str, run_id: str, cfg, plan: Plan, params_of: Callable[[Plan], 
                           f"{before.get(key, '(unset)')}; a resumed run keeps its params",
                           f"Resume with {key}={before.get(key, '(unset)')}, or start a new run.")
     logged = sorted({m.step for m in store.retry(mlflow_client.get_metric_history, run_id, "epoch_time_s")})
-    from_epoch = _fetch_checkpoints(mlflow_client, run, job)
+    from_epoch = fetch_checkpoints(mlflow_client, run, job)
     if logged and not from_epoch:  # training would start over under epochs already logged
         if before.get("trainer.keep_checkpoints") == "0":
             raise ConfigError("trainer.keep_checkpoints", 0, f"run {run_id} kept no checkpoint to continue from",
@@ -101,33 +101,21 @@ def prepare(uri: str, run_id: str, cfg, plan: Plan, params_of: Callable[[Plan], 
     return resumed
 
 
-def _latest_epoch(folder: Path) -> int:
-    """The epoch of the newest checkpoint in folder (CheckpointManager's `checkpoint` index)."""
-    index = folder / "checkpoint"
-    if not index.exists():
-        return 0
-    for line in index.read_text().splitlines():
-        if line.startswith("model_checkpoint_path:"):
-            name = line.split(":", 1)[1].strip().strip('"')
-            return int(name.rsplit("-", 1)[1])
-    return 0
-
-
-def _fetch_checkpoints(mlflow_client, run, job: JobDir) -> int:
+def fetch_checkpoints(mlflow_client, run, job: JobDir) -> int:
     """Copies the run's checkpoints into job.checkpoints; returns their latest epoch."""
     shutil.rmtree(job.checkpoints, ignore_errors=True)
     old = run.data.tags.get("xpdist.job_dir")
     source = Path(old) / "checkpoints" if old else None
-    if source is not None and _latest_epoch(source):
+    if source is not None and checkpoint_epoch(source):
         shutil.copytree(source, job.checkpoints)
-        return _latest_epoch(job.checkpoints)
+        return checkpoint_epoch(job.checkpoints)
     names = [a.path for a in store.retry(mlflow_client.list_artifacts, run.info.run_id)]
     if "checkpoints" not in names:
         return 0
     with tempfile.TemporaryDirectory() as scratch:
         local = store.retry(mlflow_client.download_artifacts, run.info.run_id, "checkpoints", scratch)
         shutil.copytree(local, job.checkpoints)
-    return _latest_epoch(job.checkpoints)
+    return checkpoint_epoch(job.checkpoints)
 
 
 def reopen(uri: str, resumed: Resumed, tags: Dict[str, str]) -> str:

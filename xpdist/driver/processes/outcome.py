@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
 
 from xpdist.core.protocol.jobdir import EXIT_DISK_FULL, EXIT_RETRYABLE, JobDir, TaskResult
 from xpdist.core.protocol.outcome import Status
+
+
+@dataclass
+class Resized:
+    """The tasks went on at another size during the job (cluster=ray, cluster.min_workers): what
+    the job records on the run, as a resume at another size does (jobs/resize.py)."""
+
+    change: str  # "from epoch 4: 2 -> 1 replicas, ...", appended to the xpdist.resized tag
+    size: Dict[str, Any]  # the xpdist.size tag: the size params now, and the plan's Resize
+    replicas_before: int  # the metric num_replicas at the epochs trained before
+    at_epoch: int  # the checkpoint's epoch: training continued at the next one
 
 
 @dataclass
@@ -20,6 +31,8 @@ class Outcome:
     restarts: int = 0
     # A restart may cure the failure (see may_retry).
     retryable: bool = False
+    # Each time the tasks went on at another size, oldest first.
+    resized: List[Resized] = field(default_factory=list)
 
 
 def may_retry(code: int) -> bool:
