@@ -29,6 +29,16 @@ def test_cross_ops_other_than_auto_needs_mirrored(tmp_path, strategy):
     assert "strategy=mirrored" in str(err)
 
 
+@pytest.mark.parametrize("trainer", ["fit", "ctl"])
+def test_central_storage_refuses_mixed_float16_before_tensorflow_starts(tmp_path, trainer):
+    err = reject(tmp_path, "strategy=central_storage", "devices.logical_cpus=2", "trainer.precision=mixed_float16",
+                 f"trainer={trainer}")
+    assert err.key == "trainer.precision" and err.received == "mixed_float16"
+    assert "mixed_bfloat16" in str(err)
+    preflight.check(plain("strategy=central_storage", "devices.logical_cpus=2", "trainer.precision=mixed_bfloat16"),
+                    tmp_path)
+
+
 def test_nccl_cross_ops_needs_gpus(tmp_path):
     err = reject(tmp_path, "strategy=mirrored", "cross_ops=nccl")
     assert err.key == "cross_ops" and "needs GPUs" in str(err)
