@@ -74,6 +74,16 @@ def _check_optimizer(cfg, plan: planning.Plan) -> None:
         if plan.keras == "legacy" and opt.get(key) is not None:
             raise ConfigError(f"optimizer.{key}", opt[key], f"{flavour}, which this run uses, has no {key}",
                               f"Drop optimizer.{key}, or use a strategy and trainer that run on Keras 3.")
+    spec = strategies.get(plan.strategy)
+    if (opt.get("gradient_accumulation_steps") or 1) > 1 and (
+            spec.replicas_in_one_process or spec.needs.multi_process or spec.replicas_at_run_time):
+        # Keras 3 applies accumulated gradients inside ops.cond, whose branch all-reduces
+        # (merge_call) in a replica context: tf.distribute refuses that in the task, at the first
+        # step (keras-team/keras#20582, open). One replica (default, one_device) trains.
+        raise ConfigError("optimizer.gradient_accumulation_steps", opt.gradient_accumulation_steps,
+                          f"Keras 3's gradient accumulation fails under strategy={plan.strategy} "
+                          "(keras-team/keras#20582)", "Drop it and raise dataset.per_replica_batch_size instead, "
+                          "or train on one replica (strategy=default or one_device).")
     clips = [key for key in ("global_clipnorm", "clipnorm", "clipvalue") if opt.get(key) is not None]
     if len(clips) > 1:  # Keras refuses more than one at construction
         raise ConfigError(f"optimizer.{clips[1]}", opt[clips[1]], f"Keras takes one clipping key, and "
