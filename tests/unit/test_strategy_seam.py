@@ -209,3 +209,13 @@ def test_every_strategy_with_a_class_takes_a_target_and_checks_its_package(tmp_p
 def test_the_default_strategy_has_no_class_to_replace():
     with pytest.raises(Exception, match="Could not override 'strategy._target_'"):
         plain("strategy=default", "strategy._target_=my_pkg.Strategy")
+
+
+def test_every_strategys_schema_pickles_by_reference():
+    """A parallel sweep's job sends its composed config back to the sweep by pickle: every
+    strategy's schema, one made from its base (config_base) too, is found by module and name."""
+    import pickle
+
+    for name in strategies.STRATEGIES:
+        cls = strategies.get(name).config
+        assert pickle.loads(pickle.dumps(cls)) is cls, name

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
+import sys
 from typing import Any, Callable, Dict, Generic, Iterator, Optional, Tuple, TypeVar
 
 from xpdist.core import user_packages
@@ -162,5 +163,9 @@ def named_config(base: type, name: str, suffix: str, module: str) -> type:
         module: the module the class is said to live in (the option's own).
     """
     title = "".join(part.title() for part in name.split("_")) + suffix
-    return dataclasses.make_dataclass(title, [("name", str, dataclasses.field(default=name))], bases=(base,),
+    made = dataclasses.make_dataclass(title, [("name", str, dataclasses.field(default=name))], bases=(base,),
                                       namespace={"__module__": module})
+    # Found where its module says it lives, as a class written there is: pickle (a parallel
+    # sweep's job returns its config to the sweep's process) looks it up by module and name.
+    setattr(sys.modules[module], title, made)
+    return made
