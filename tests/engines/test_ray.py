@@ -590,9 +590,7 @@ def test_two_nodes_lost_node_restarts_on_the_node_left(xpdist: Xpdist, two_nodes
     run = only_run(xpdist)
     assert run.info.status == "FINISHED" and run.data.tags["xpdist.restarts"] == "1"
     assert epochs_logged(xpdist, run) == list(range(1, 13))
-    assert_nothing_left(job, two_nodes.address, netns=two_nodes.head, dirs=False)
-    remove_dead_nodes_dirs(job)
-    two_nodes.start_worker(give_up=pytest.fail)
+    nothing_left_and_the_worker_node_back(job, two_nodes)
 
 
 def lose_worker_node_after_a_checkpoint(cluster: TwoNodes, xpdist: Xpdist, job: Path, shared: Path,
@@ -614,6 +612,25 @@ def lose_worker_node_after_a_checkpoint(cluster: TwoNodes, xpdist: Xpdist, job: 
     return proc
 
 
+def run_losing_the_worker_node(cluster: TwoNodes, xpdist: Xpdist, job: Path, *overrides: str):
+    """lose_worker_node_after_a_checkpoint with a shared checkpoint directory made for it and
+    removed after; returns the driver and its output, once it ended."""
+    shared = Path(tempfile.mkdtemp(prefix="xpdist-shared-"))
+    try:
+        proc = lose_worker_node_after_a_checkpoint(cluster, xpdist, job, shared, *overrides)
+        return proc, finish(proc, timeout=400)
+    finally:
+        shutil.rmtree(shared)
+
+
+def nothing_left_and_the_worker_node_back(job: Path, cluster: TwoNodes) -> None:
+    """After a test that lost the worker node: nothing of the job is left, and the node is back
+    for the next test."""
+    assert_nothing_left(job, cluster.address, netns=cluster.head, dirs=False)
+    remove_dead_nodes_dirs(job)
+    cluster.start_worker(give_up=pytest.fail)
+
+
 @pytest.mark.ray
 @pytest.mark.netns
 @pytest.mark.slow
@@ -621,12 +638,8 @@ def test_two_nodes_lost_node_goes_on_with_the_worker_left(xpdist: Xpdist, two_no
     """cluster.min_workers=1: the job goes on with one worker in a placement group of one, the
     global batch kept, and ends FINISHED as one run: every epoch logged once, the change
     tagged, num_replicas 2 up to the checkpoint's epoch and 1 after. About 2 min here."""
-    job, shared = tmp_path / "job", Path(tempfile.mkdtemp(prefix="xpdist-shared-"))
-    try:
-        proc = lose_worker_node_after_a_checkpoint(two_nodes, xpdist, job, shared, "cluster.min_workers=1")
-        out = finish(proc, timeout=400)
-    finally:
-        shutil.rmtree(shared)
+    job = tmp_path / "job"
+    proc, out = run_losing_the_worker_node(two_nodes, xpdist, job, "cluster.min_workers=1")
     assert proc.returncode == 0, out
     assert "its Ray actor or node was lost" in out and "going on with 1 of 2 workers (cluster.min_workers=1)" in out
     run = only_run(xpdist)
@@ -643,9 +656,7 @@ def test_two_nodes_lost_node_goes_on_with_the_worker_left(xpdist: Xpdist, two_no
     assert sorted((m.step, m.value) for m in replicas) == [(e, 2.0 if e <= at else 1.0) for e in range(1, 9)]
     assert at >= 1, "the checkpoint the worker node was lost after"
     assert run.data.params["num_replicas"] == "2", "the params keep the size the run was created with"
-    assert_nothing_left(job, two_nodes.address, netns=two_nodes.head, dirs=False)
-    remove_dead_nodes_dirs(job)
-    two_nodes.start_worker(give_up=pytest.fail)
+    nothing_left_and_the_worker_node_back(job, two_nodes)
 
 
 @pytest.mark.ray
@@ -654,19 +665,13 @@ def test_two_nodes_lost_node_goes_on_with_the_worker_left(xpdist: Xpdist, two_no
 def test_two_nodes_lost_node_below_min_workers_ends_as_today(xpdist: Xpdist, two_nodes, tmp_path):
     """cluster.min_workers=2: one worker left is too few, so every task is restarted as without
     the key, and the lost worker finds no node with room before cluster.start_timeout_s: FAILED."""
-    job, shared = tmp_path / "job", Path(tempfile.mkdtemp(prefix="xpdist-shared-"))
-    try:
-        proc = lose_worker_node_after_a_checkpoint(two_nodes, xpdist, job, shared, "cluster.min_workers=2")
-        out = finish(proc, timeout=400)
-    finally:
-        shutil.rmtree(shared)
+    job = tmp_path / "job"
+    proc, out = run_losing_the_worker_node(two_nodes, xpdist, job, "cluster.min_workers=2")
     assert proc.returncode != 0, out
     assert "restarting every task (1/1)" in out and "going on with" not in out, out
     run = only_run(xpdist)
     assert run.info.status == "FAILED" and "xpdist.resized" not in run.data.tags
-    assert_nothing_left(job, two_nodes.address, netns=two_nodes.head, dirs=False)
-    remove_dead_nodes_dirs(job)
-    two_nodes.start_worker(give_up=pytest.fail)
+    nothing_left_and_the_worker_node_back(job, two_nodes)
 
 
 @pytest.mark.ray

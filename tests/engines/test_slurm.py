@@ -177,14 +177,7 @@ def test_requeued_job_resumes_into_the_same_run(xpdist, slurm_env, tmp_path):
     job = subprocess.run(["sbatch", "--parsable", str(script)], cwd=xpdist.workdir, env=env, capture_output=True,
                          text=True, check=True).stdout.strip().split(";")[0]
     first_checkpoint = xpdist.workdir / "outputs" / f"slurm-{job}" / "checkpoints" / "ckpt-1.index"
-    deadline = time.monotonic() + 300
-    while not first_checkpoint.exists():
-        assert time.monotonic() < deadline, (xpdist.workdir / f"train-{job}.out").read_text()
-        time.sleep(0.2)
-    time.sleep(0.5)  # the checkpoint's other files
-    saved = first_checkpoint.stat().st_mtime_ns
-    subprocess.run(["scontrol", "requeue", job], env=env, check=True, capture_output=True)
-    wait_gone(env, job, 480)
+    saved = requeue_after(first_checkpoint, xpdist.workdir / f"train-{job}.out", env, job, gone_within_s=480)
     log = (xpdist.workdir / f"train-{job}.out").read_text()
     runs = xpdist.runs()
     assert len(runs) == 1, log
@@ -195,6 +188,20 @@ def test_requeued_job_resumes_into_the_same_run(xpdist, slurm_env, tmp_path):
         assert epochs(xpdist, run, key) == [1, 2, 3, 4], log
     # Resumed, not started over: epoch 1 was not trained (and checkpointed) again.
     assert first_checkpoint.stat().st_mtime_ns == saved
+
+
+def requeue_after(checkpoint: Path, log: Path, env: dict, job: str, gone_within_s: float) -> int:
+    """`scontrol requeue` of the job once checkpoint is written; waits until the job is gone.
+    Returns the checkpoint's mtime before the requeue (a resumed job does not write it again)."""
+    deadline = time.monotonic() + 300
+    while not checkpoint.exists():
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.2)
+    time.sleep(0.5)  # the checkpoint's other files
+    saved = checkpoint.stat().st_mtime_ns
+    subprocess.run(["scontrol", "requeue", job], env=env, check=True, capture_output=True)
+    wait_gone(env, job, gone_within_s)
+    return saved
 
 
 # A multi_worker_mirrored run of 2 SLURM tasks and a one_device run that train the same steps
@@ -223,14 +230,7 @@ def requeue_two_task_job(xpdist, slurm_env, tmp_path, tasks_after: int = 2):
                          text=True, check=True).stdout.strip().split(";")[0]
     out = xpdist.workdir / "outputs" / f"slurm-{job}"
     first_checkpoint = out / "task-0" / "checkpoints" / "ckpt-1.index"
-    deadline = time.monotonic() + 300
-    while not first_checkpoint.exists():
-        assert time.monotonic() < deadline, (xpdist.workdir / f"train-{job}.out").read_text()
-        time.sleep(0.2)
-    time.sleep(0.5)  # the checkpoint's other files
-    saved = first_checkpoint.stat().st_mtime_ns
-    subprocess.run(["scontrol", "requeue", job], env=env, check=True, capture_output=True)
-    wait_gone(env, job, 600)
+    saved = requeue_after(first_checkpoint, xpdist.workdir / f"train-{job}.out", env, job, gone_within_s=600)
     return out, (xpdist.workdir / f"train-{job}.out").read_text(), first_checkpoint, saved
 
 
